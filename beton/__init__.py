@@ -1,0 +1,34 @@
+"""beton: datasets in one paged .beton file, streamed into PyTorch through JIT-compiled pipelines."""
+
+from beton.errors import (
+    BetonError,
+    CorruptDataError,
+    DatasetError,
+    DecodeError,
+    EncodeError,
+    FieldError,
+    FormatError,
+    PipelineError,
+    WriterError,
+)
+from beton.reader import Reader
+from beton.verify import VerifyReport, verify
+from beton.writer import DatasetWriter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DatasetWriter",
+    "Reader",
+    "verify",
+    "VerifyReport",
+    "BetonError",
+    "FormatError",
+    "CorruptDataError",
+    "FieldError",
+    "EncodeError",
+    "DecodeError",
+    "DatasetError",
+    "WriterError",
+    "PipelineError",
+]

@@ -1,0 +1,109 @@
+"""Every error beton raises on purpose.
+
+::
+
+    BetonError                                  catch-all for beton's own errors
+    ├── FormatError (ValueError)                not a beton file, unsupported version, bad offset/size
+    │   └── CorruptDataError                    a checksum does not match: the bytes changed after writing
+    ├── FieldError (ValueError)                 a field definition is wrong or its type cannot be found
+    ├── EncodeError (ValueError)                a sample's value does not fit its field (wrong dtype, shape, type)
+    ├── DecodeError (ValueError)                a stored payload cannot be decoded (e.g. invalid JSON, bad JPEG)
+    ├── DatasetError (RuntimeError)             the user's dataset raised while being read by the writer
+    ├── WriterError (RuntimeError)              writing failed for another reason (a worker process died)
+    └── PipelineError (TypeError)               a loader pipeline is built wrongly
+
+Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
+does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
+Context is attached where it is known with :func:`error_context`, which sets attributes instead of rewriting
+``args``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = [
+    "BetonError",
+    "FormatError",
+    "CorruptDataError",
+    "FieldError",
+    "EncodeError",
+    "DecodeError",
+    "DatasetError",
+    "WriterError",
+    "PipelineError",
+]
+
+
+class BetonError(Exception):
+    """Base class of every error beton raises on purpose.
+
+    Optional attributes give the location: ``path``, ``field``, ``sample`` and ``page``. They are filled in by
+    whoever knows them (see :func:`error_context`) and appear in ``str(error)``.
+    """
+
+    path: str | None = None
+    field: str | None = None
+    sample: int | None = None
+    page: int | None = None
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path!r}")
+        if self.field is not None:
+            where.append(f"field {self.field!r}")
+        if self.sample is not None:
+            where.append(f"sample {self.sample}")
+        if self.page is not None:
+            where.append(f"page {self.page}")
+        return f"{', '.join(where)}: {message}" if where else message
+
+
+class FormatError(BetonError, ValueError):
+    """The file is not a valid beton file: wrong magic, unsupported version, an offset or size out of range."""
+
+
+class CorruptDataError(FormatError):
+    """A checksum does not match: the bytes on disk are not the bytes that were written."""
+
+
+class FieldError(BetonError, ValueError):
+    """A field is defined wrongly, or a stored field type cannot be resolved to a class."""
+
+
+class EncodeError(BetonError, ValueError):
+    """A sample's value does not fit its field: wrong type, dtype or shape, or not serialisable."""
+
+
+class DecodeError(BetonError, ValueError):
+    """A stored payload cannot be decoded into a value of its field."""
+
+
+class DatasetError(BetonError, RuntimeError):
+    """The user's dataset raised while the writer read a sample; the original exception is ``__cause__``."""
+
+
+class WriterError(BetonError, RuntimeError):
+    """Writing failed for a reason outside the data, such as a worker process that died."""
+
+
+class PipelineError(BetonError, TypeError):
+    """A loader pipeline cannot be built: an operation does not accept its input, or a field is unknown."""
+
+
+@contextlib.contextmanager
+def error_context(**where: object) -> Iterator[None]:
+    """Fill in location attributes (path, field, sample, page) of a BetonError passing through.
+
+    Attributes already set by an inner context win: the innermost code knows the most precise location.
+    """
+    try:
+        yield
+    except BetonError as error:
+        for name, value in where.items():
+            if getattr(error, name, None) is None:
+                setattr(error, name, value)
+        raise

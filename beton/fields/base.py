@@ -1,0 +1,169 @@
+"""The Field extension point: what one column of a dataset is, how to store it and how to read it back.
+
+A field has two parts on disk:
+
+* **metadata**: a small fixed-width record (``metadata_dtype``) stored in the data table, one per sample;
+  for an integer label that record *is* the value;
+* **payload** (optional, ``has_payload``): a variable-size byte string stored in the heap pages, whose offset
+  and size the allocation table keeps (arrays, bytes, JSON, images).
+
+Writing a new modality means subclassing :class:`Field`::
+
+    @dataclasses.dataclass(frozen=True)
+    class AudioField(Field):
+        sample_rate: int
+
+        metadata_dtype = np.dtype([("num_frames", "<u4")])
+        has_payload = True
+
+        def encode(self, value, context):
+            pcm = np.ascontiguousarray(value, dtype="<i2")
+            return Encoded(metadata=(len(pcm),), payload=pcm.tobytes())
+
+        def to_python(self, metadata, payload):
+            return np.frombuffer(payload, "<i2").copy()
+
+        def arguments(self):
+            return {"sample_rate": self.sample_rate}
+
+The file stores the class's type name (``module.QualifiedName``), its ``arguments()`` as JSON and its metadata
+dtype. A reader finds the class again by importing that name, or from ``custom_fields={"audio": AudioField}``
+when it cannot be imported (a script's ``__main__``, say).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from beton.errors import FieldError
+
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "resolve_field_class"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """One encoded value: a tuple for the metadata record and optional payload bytes."""
+
+    metadata: tuple = ()
+    payload: bytes | bytearray | memoryview | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeContext:
+    """Where a value is being encoded; ``rng()`` gives randomness that depends only on this place.
+
+    Encoding may run in any worker process in any order; keying the generator by (writer seed, sample
+    position, field position) is what makes the written file identical whatever ``num_workers`` is.
+    """
+
+    sample: int
+    field: int
+    seed: int
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.sample, self.field])
+
+
+class Field(abc.ABC):
+    """Base class of every field. Subclasses are immutable and fully described by ``arguments()``."""
+
+    #: Name stored in the file. Built-in fields use short names ("beton.IntField"); by default a subclass is
+    #: stored as "module.QualifiedName", which a reader can import.
+    type_name: ClassVar[str | None] = None
+    #: Fixed-width record stored per sample in the data table (little-endian, no objects).
+    metadata_dtype: ClassVar[np.dtype] = np.dtype([])
+    #: Whether each sample also stores a variable-size payload in the heap.
+    has_payload: ClassVar[bool] = False
+
+    @classmethod
+    def stored_type_name(cls) -> str:
+        return cls.type_name or f"{cls.__module__}.{cls.__qualname__}"
+
+    @abc.abstractmethod
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        """Turn one sample's value into its metadata tuple and payload; raise EncodeError if it does not fit."""
+
+    @abc.abstractmethod
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
+        """Turn a stored record (and payload bytes as a uint8 array) back into the value, as a new object."""
+
+    def arguments(self) -> dict[str, Any]:
+        """The constructor's keyword arguments as a JSON-serialisable dict."""
+        return {}
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> Field:
+        return cls(**arguments)
+
+    def describe(self) -> str:
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments().items())
+        return f"{type(self).__name__}({arguments})"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownField(Field):
+    """Stands in for a stored field whose class cannot be found, so the file can still be inspected."""
+
+    stored_name: str
+    stored_arguments: Mapping[str, Any]
+    stored_metadata_dtype: np.dtype
+    stored_has_payload: bool
+    reason: str
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        raise FieldError(f"cannot write field type {self.stored_name!r}: {self.reason}")
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
+        raise FieldError(f"cannot decode field type {self.stored_name!r}: {self.reason}")
+
+    def arguments(self) -> dict[str, Any]:
+        return dict(self.stored_arguments)
+
+    def describe(self) -> str:
+        return f"<unknown {self.stored_name}>({self.stored_arguments})"
+
+
+def resolve_field_class(
+    type_name: str, field_name: str, builtins: Mapping[str, type[Field]],
+    custom_fields: Mapping[str, type[Field]] | None,
+) -> type[Field]:
+    """Find the class of a stored field: custom_fields (by field name, then type name), built-ins, import."""
+    custom_fields = custom_fields or {}
+    for key in (field_name, type_name):
+        if key in custom_fields:
+            return _check_field_class(custom_fields[key], type_name)
+    if type_name in builtins:
+        return builtins[type_name]
+    return _check_field_class(_import_qualified_name(type_name), type_name)
+
+
+def _import_qualified_name(type_name: str) -> Any:
+    # "pkg.mod.Outer.Inner": try the longest importable module prefix, then walk attributes.
+    parts = type_name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            target: Any = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[split:]:
+                target = getattr(target, attribute)
+        except AttributeError:
+            break
+        return target
+    raise FieldError(
+        f"field type {type_name!r} cannot be imported; pass its class as custom_fields={{name: Class}}"
+    )
+
+
+def _check_field_class(candidate: Any, type_name: str) -> type[Field]:
+    if not (isinstance(candidate, type) and issubclass(candidate, Field)):
+        raise FieldError(f"{candidate!r} given for field type {type_name!r} is not a Field subclass")
+    return candidate

@@ -1,0 +1,56 @@
+"""Fields of variable size stored as one payload: raw bytes and JSON documents."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+
+from beton.errors import DecodeError, EncodeError
+from beton.fields.base import Encoded, EncodeContext, Field
+
+__all__ = ["BytesField", "JSONField"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BytesField(Field):
+    """A byte string of any length per sample, read back with its exact length."""
+
+    type_name = "beton.BytesField"
+    has_payload = True
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return Encoded(payload=bytes(value))
+        if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
+            return Encoded(payload=value.tobytes())
+        raise EncodeError(f"expected bytes or a 1-D uint8 array, got {type(value).__name__}")
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> bytes:
+        return payload.tobytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class JSONField(Field):
+    """A JSON document per sample (dicts, lists, strings, numbers), stored as UTF-8 text.
+
+    Strict JSON: NaN and infinity are refused at write time; tuples come back as lists.
+    """
+
+    type_name = "beton.JSONField"
+    has_payload = True
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            return Encoded(payload=text.encode("utf-8"))
+        except (TypeError, ValueError, UnicodeEncodeError) as error:
+            raise EncodeError(f"value is not JSON-serialisable: {error}") from None
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
+        try:
+            return json.loads(payload.tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise DecodeError(f"stored JSON is invalid: {error}") from None

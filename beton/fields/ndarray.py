@@ -1,0 +1,131 @@
+"""Fixed-shape array fields: numpy arrays and torch tensors, stored as raw bytes in the heap."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from beton.errors import EncodeError, FieldError
+from beton.fields.base import Encoded, EncodeContext, Field
+from beton.format import dtype_from_descr
+
+__all__ = ["NDArrayField", "TorchTensorField", "TORCH_DTYPES"]
+
+#: torch dtype name -> numpy dtype of the stored bytes. bfloat16 has no numpy twin: its bits are stored as
+#: little-endian uint16 and viewed back as bfloat16.
+TORCH_DTYPES: dict[str, str] = {
+    "bool": "|b1",
+    "uint8": "|u1",
+    "int8": "|i1",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "float16": "<f2",
+    "bfloat16": "<u2",
+    "float32": "<f4",
+    "float64": "<f8",
+    "complex64": "<c8",
+    "complex128": "<c16",
+}
+
+
+def _normalise_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(dim) for dim in shape)
+    except TypeError:
+        raise FieldError(f"shape must be a sequence of integers, got {shape!r}") from None
+    if any(dim < 0 for dim in dims):
+        raise FieldError(f"shape must not have negative dimensions, got {dims}")
+    return dims
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class NDArrayField(Field):
+    """A numpy array of one fixed dtype and shape per sample.
+
+    Values must have exactly that dtype and shape: a silent cast (float64 -> float32) or reshape is exactly
+    the kind of bug a dataset file should not hide.
+    """
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    type_name = "beton.NDArrayField"
+    has_payload = True
+
+    def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
+        try:
+            resolved = dtype_from_descr(dtype) if isinstance(dtype, list) else np.dtype(dtype)
+        except (TypeError, ValueError):
+            raise FieldError(f"not a numpy dtype: {dtype!r}") from None
+        if resolved.hasobject or resolved.itemsize == 0:
+            raise FieldError(f"dtype {resolved} cannot be stored as raw bytes")
+        object.__setattr__(self, "dtype", resolved)
+        object.__setattr__(self, "shape", _normalise_shape(shape))
+
+    @property
+    def num_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        if not isinstance(value, np.ndarray):
+            raise EncodeError(f"expected a numpy array, got {type(value).__name__}")
+        if value.dtype != self.dtype or value.shape != self.shape:
+            raise EncodeError(
+                f"expected an array of dtype {self.dtype} and shape {self.shape}, "
+                f"got dtype {value.dtype} and shape {value.shape}"
+            )
+        return Encoded(payload=np.ascontiguousarray(value).tobytes())
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
+        return np.array(payload.view(self.dtype).reshape(self.shape))
+
+    def arguments(self) -> dict[str, Any]:
+        return {"dtype": np.lib.format.dtype_to_descr(self.dtype), "shape": list(self.shape)}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class TorchTensorField(Field):
+    """A torch tensor of one fixed dtype and shape per sample (read back as a CPU tensor)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    type_name = "beton.TorchTensorField"
+    has_payload = True
+
+    def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
+        name = str(dtype).removeprefix("torch.")
+        if name not in TORCH_DTYPES:
+            raise FieldError(f"unsupported torch dtype {dtype!r}; supported: {', '.join(TORCH_DTYPES)}")
+        object.__setattr__(self, "dtype", name)
+        object.__setattr__(self, "shape", _normalise_shape(shape))
+
+    @property
+    def storage_dtype(self) -> np.dtype:
+        return np.dtype(TORCH_DTYPES[self.dtype])
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            raise EncodeError(f"expected a torch.Tensor, got {type(value).__name__}")
+        if value.dtype != getattr(torch, self.dtype) or tuple(value.shape) != self.shape:
+            raise EncodeError(
+                f"expected a tensor of dtype torch.{self.dtype} and shape {self.shape}, "
+                f"got {value.dtype} and shape {tuple(value.shape)}"
+            )
+        tensor = value.detach().to("cpu").contiguous()
+        return Encoded(payload=tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
+        import torch
+
+        array = np.array(payload.view(self.storage_dtype).reshape(self.shape))
+        return torch.from_numpy(array).view(getattr(torch, self.dtype))
+
+    def arguments(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": list(self.shape)}

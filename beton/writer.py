@@ -1,0 +1,211 @@
+"""DatasetWriter: turn an indexed dataset or an iterable into one .beton file.
+
+Encoding (the expensive part: array copies, JSON, image compression) runs in worker processes, a chunk of
+consecutive samples per task; the parent receives chunks in order and alone lays out the file. Hence samples
+are stored in dataset order and the file is byte-identical whatever ``num_workers`` is.
+
+Failure behaviour: a sample that cannot be encoded raises :class:`~beton.errors.EncodeError` naming the sample
+and field; a dataset that raises gives :class:`~beton.errors.DatasetError` with the sample index; a worker
+process that dies gives :class:`~beton.errors.WriterError` instead of a hang. In every case the temporary file
+is deleted and the target path is left as it was.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from beton import format as fmt
+from beton._encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_error, encode_chunk
+from beton._file_builder import FileBuilder, field_table_bytes
+from beton.errors import FieldError, WriterError
+from beton.fields.base import Field
+
+__all__ = ["DatasetWriter"]
+
+DEFAULT_CHUNKSIZE = 100
+
+
+class DatasetWriter:
+    """Writes samples into a .beton file.
+
+    Args:
+        path: the file to create; replaced atomically when writing succeeds, untouched when it fails.
+        fields: field name -> :class:`~beton.fields.Field`, in the order of each sample's tuple.
+        num_workers: encoding processes; -1 uses every usable core, 0 or 1 encodes in this process.
+        page_size: heap page size in bytes, a power of two of at least 256 (default 8 MiB).
+        seed: seeds anything random in encoding, per sample and field.
+        progress: show a tqdm progress bar.
+        start_method: multiprocessing start method for the workers (default "fork" where available, so
+            datasets need not be picklable).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, Field],
+        *,
+        num_workers: int = -1,
+        page_size: int = fmt.DEFAULT_PAGE_SIZE,
+        seed: int = 0,
+        progress: bool = True,
+        start_method: str | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        _check_fields(fields)
+        if not fmt.is_valid_page_size(page_size):
+            raise FieldError(
+                f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
+                f"got {page_size}"
+            )
+        names = tuple(fields)
+        field_objects = tuple(fields.values())
+        data_dtype = np.dtype([(name, field.metadata_dtype) for name, field in fields.items()])
+        self._spec = EncodeSpec(self.path, names, field_objects, data_dtype, int(seed))
+        try:
+            field_table_bytes(self._spec)
+        except (TypeError, ValueError) as error:
+            raise FieldError(f"field arguments must be JSON-serialisable: {error}") from None
+        self.page_size = page_size
+        self.num_workers = _resolve_num_workers(num_workers)
+        self.progress = progress
+        self.start_method = start_method or (
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        )
+
+    @property
+    def fields(self) -> dict[str, Field]:
+        return dict(zip(self._spec.names, self._spec.fields))
+
+    def from_indexed_dataset(
+        self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE
+    ) -> None:
+        """Write ``dataset[i]`` for i in ``indices`` (default: all of ``range(len(dataset))``), in that order.
+
+        Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order.
+        """
+        order = range(len(dataset)) if indices is None else [int(index) for index in indices]
+        items = (ChunkItem(position, index) for position, index in enumerate(order))
+        self._write(_chunks(items, chunksize), len(order), dataset)
+
+    def from_iterable(
+        self, iterable: Iterable[Any], length: int | None = None, chunksize: int = DEFAULT_CHUNKSIZE
+    ) -> None:
+        """Write every sample the iterable yields, in order; ``length`` only sizes the progress bar."""
+        self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
+
+    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> None:
+        builder = FileBuilder(self._spec, self.page_size)
+        encoded = self._encoded_chunks(chunks, dataset)
+        bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
+        try:
+            for chunk in encoded:
+                builder.add(chunk)
+                bar.update(len(chunk.rows))
+            builder.commit()
+        except BaseException:
+            builder.abort()
+            raise
+        finally:
+            encoded.close()  # stops and joins the worker processes now, also when an error is propagating
+            bar.close()
+
+    def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+        if self.num_workers <= 1:
+            for chunk in chunks:
+                yield encode_chunk(self._spec, dataset, chunk)
+            return
+        yield from self._encode_in_workers(chunks, dataset)
+
+    def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+        context = multiprocessing.get_context(self.start_method)
+        pool = ProcessPoolExecutor(
+            self.num_workers, mp_context=context, initializer=_init_worker, initargs=(self._spec, dataset)
+        )
+        pending: collections.deque[tuple[Future, list[ChunkItem]]] = collections.deque()
+        try:
+            for chunk in chunks:
+                pending.append((pool.submit(_encode_in_worker, chunk), chunk))
+                if len(pending) >= 2 * self.num_workers:  # bound memory: only a few chunks in flight
+                    yield _result(*pending.popleft(), self.path)
+            while pending:
+                yield _result(*pending.popleft(), self.path)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        error = WriterError(
+            f"a writer worker process died while encoding samples {chunk[0].dataset_index}.."
+            f"{chunk[-1].dataset_index} (killed, out of memory, or a crash in native code)"
+        )
+        error.path = path
+        raise error from None
+
+
+# The encoding worker's inputs live in this process-local slot, set once by the pool initializer: with the
+# "fork" start method the dataset is inherited rather than pickled, so any dataset works. The parent process
+# never touches it.
+_worker_inputs: dict[str, Any] = {}
+
+
+def _init_worker(spec: EncodeSpec, dataset: Any) -> None:
+    _worker_inputs["spec"] = spec
+    _worker_inputs["dataset"] = dataset
+
+
+def _encode_in_worker(chunk: list[ChunkItem]) -> EncodedChunk:
+    return encode_chunk(_worker_inputs["spec"], _worker_inputs["dataset"], chunk)
+
+
+def _iterate_samples(path: str, iterable: Iterable[Any]) -> Iterator[ChunkItem]:
+    iterator = iter(iterable)
+    for position in itertools.count():
+        try:
+            value = next(iterator)
+        except StopIteration:
+            return
+        except Exception as error:
+            raise _dataset_error(path, position, error) from error
+        yield ChunkItem(position, position, value, fetch=False)
+
+
+def _chunks(items: Iterator[ChunkItem], chunksize: int) -> Iterator[list[ChunkItem]]:
+    if chunksize < 1:
+        raise ValueError(f"chunksize must be at least 1, got {chunksize}")
+    while chunk := list(itertools.islice(items, chunksize)):
+        yield chunk
+
+
+def _check_fields(fields: Mapping[str, Field]) -> None:
+    if not isinstance(fields, Mapping) or not fields:
+        raise FieldError(f"fields must be a non-empty mapping of name -> Field, got {fields!r}")
+    for name, field in fields.items():
+        if not isinstance(name, str) or not name:
+            raise FieldError(f"field names must be non-empty strings, got {name!r}")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FieldError(f"field name {name!r} is not valid UTF-8") from None
+        if not isinstance(field, Field):
+            raise FieldError(f"field {name!r} must be a Field instance, got {type(field).__name__}")
+
+
+def _resolve_num_workers(num_workers: int) -> int:
+    if num_workers == -1:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be -1 (all cores) or >= 0, got {num_workers}")
+    return num_workers
