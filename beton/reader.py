@@ -272,12 +272,12 @@ def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: i
 
 
 def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, type[Field]] | None) -> Field:
-    try:
-        cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields)
-    except FieldError as error:
-        return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
-                            descriptor.has_payload, str(error))
     with error_context(field=descriptor.name):
+        cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields)
+        if cls is None:
+            reason = "it cannot be imported; pass the class as custom_fields={field_name: Class}"
+            return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
+                                descriptor.has_payload, reason)
         try:
             field = cls.from_arguments(descriptor.arguments)
         except (TypeError, ValueError) as error:

@@ -132,18 +132,22 @@ class UnknownField(Field):
 def resolve_field_class(
     type_name: str, field_name: str, builtins: Mapping[str, type[Field]],
     custom_fields: Mapping[str, type[Field]] | None,
-) -> type[Field]:
-    """Find the class of a stored field: custom_fields (by field name, then type name), built-ins, import."""
+) -> type[Field] | None:
+    """Find the class of a stored field: custom_fields (by field name, then type name), built-ins, import.
+
+    Returns None when the type name cannot be imported; raises FieldError when what is found is no Field.
+    """
     custom_fields = custom_fields or {}
     for key in (field_name, type_name):
         if key in custom_fields:
             return _check_field_class(custom_fields[key], type_name)
     if type_name in builtins:
         return builtins[type_name]
-    return _check_field_class(_import_qualified_name(type_name), type_name)
+    found = _import_qualified_name(type_name)
+    return None if found is None else _check_field_class(found, type_name)
 
 
-def _import_qualified_name(type_name: str) -> Any:
+def _import_qualified_name(type_name: str) -> Any | None:
     # "pkg.mod.Outer.Inner": try the longest importable module prefix, then walk attributes.
     parts = type_name.split(".")
     for split in range(len(parts) - 1, 0, -1):
@@ -158,9 +162,7 @@ def _import_qualified_name(type_name: str) -> Any:
         except AttributeError:
             break
         return target
-    raise FieldError(
-        f"field type {type_name!r} cannot be imported; pass its class as custom_fields={{name: Class}}"
-    )
+    return None
 
 
 def _check_field_class(candidate: Any, type_name: str) -> type[Field]:

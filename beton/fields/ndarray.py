@@ -75,8 +75,8 @@ class NDArrayField(Field):
             raise EncodeError(f"expected a numpy array, got {type(value).__name__}")
         if value.dtype != self.dtype or value.shape != self.shape:
             raise EncodeError(
-                f"expected an array of dtype {self.dtype} and shape {self.shape}, "
-                f"got dtype {value.dtype} and shape {value.shape}"
+                f"expected an array of dtype {self.dtype.str} and shape {self.shape}, "
+                f"got dtype {value.dtype.str} and shape {value.shape}"
             )
         return Encoded(payload=np.ascontiguousarray(value).tobytes())
 
@@ -118,8 +118,10 @@ class TorchTensorField(Field):
                 f"expected a tensor of dtype torch.{self.dtype} and shape {self.shape}, "
                 f"got {value.dtype} and shape {tuple(value.shape)}"
             )
-        tensor = value.detach().to("cpu").contiguous()
-        return Encoded(payload=tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        tensor = value.detach().to("cpu")
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: take its bits, same element size
+            tensor = tensor.view(torch.int16)
+        return Encoded(payload=tensor.resolve_conj().numpy().tobytes())
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
         import torch

@@ -1,0 +1,61 @@
+"""Shared fixtures and the Hypothesis profile used by the whole suite."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import beton
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField
+
+# Writing files is slow next to Hypothesis' default deadline, and CI runs should not depend on luck.
+settings.register_profile(
+    "beton",
+    deadline=None,
+    max_examples=40,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=bool(os.environ.get("CI")),
+)
+settings.load_profile("beton")
+
+
+class ListDataset:
+    """An indexed dataset over a list of sample tuples."""
+
+    def __init__(self, samples):
+        self.samples = list(samples)
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        return self.samples[index]
+
+
+def write(path, fields, samples, chunksize=100, **options):
+    """Write ``samples`` (a list of tuples) with an in-process writer unless options say otherwise."""
+    options = {"num_workers": 0, "progress": False, **options}
+    beton.DatasetWriter(path, fields, **options).from_indexed_dataset(ListDataset(samples), chunksize=chunksize)
+    return path
+
+
+MIXED_FIELDS = {
+    "label": IntField(),
+    "score": FloatField(),
+    "arr": NDArrayField(np.float32, (3, 4)),
+    "blob": BytesField(),
+    "meta": JSONField(),
+}
+
+
+def mixed_sample(i: int) -> tuple:
+    return (i, i / 3, np.full((3, 4), i, np.float32), bytes(range(i % 256)) * (i % 7), {"i": i, "name": "é" * (i % 5)})
+
+
+@pytest.fixture
+def mixed_file(tmp_path):
+    """A 60-sample file with every basic field and 1 KiB pages, so payloads cross many page boundaries."""
+    return write(tmp_path / "mixed.beton", MIXED_FIELDS, [mixed_sample(i) for i in range(60)], page_size=1024)

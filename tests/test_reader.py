@@ -1,0 +1,83 @@
+"""Reader API, user-defined fields and how stored field types are found again."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import beton
+from beton.errors import FieldError
+from beton.fields import Encoded, Field, IntField, UnknownField
+
+from conftest import write
+from user_fields import AudioField
+
+
+def test_user_field_in_an_importable_module_reads_back_by_type_name(tmp_path):
+    clips = [np.arange(n, dtype=np.int16) * 3 for n in (0, 5, 1000)]
+    path = write(tmp_path / "audio.beton", {"audio": AudioField(22050), "id": IntField()},
+                 [(clip, i) for i, clip in enumerate(clips)], page_size=512)
+    with beton.Reader(path) as reader:
+        assert reader.descriptors["audio"].type_name == "user_fields.AudioField"
+        assert reader.descriptors["audio"].arguments == {"sample_rate": 22050}
+        assert reader.fields["audio"] == AudioField(22050)
+        for i, clip in enumerate(clips):
+            audio, index = reader[i]
+            np.testing.assert_array_equal(audio, clip)
+            assert index == i
+        assert reader.data_table["audio"]["num_frames"].tolist() == [0, 5, 1000]
+
+
+def make_local_field():
+    @dataclasses.dataclass(frozen=True)
+    class Celsius(Field):  # defined in a function: its qualified name cannot be imported
+        metadata_dtype = np.dtype([("kelvin", "<f4")])
+
+        def encode(self, value, context):
+            return Encoded(metadata=(value + 273.15,))
+
+        def to_python(self, metadata, payload):
+            return round(float(metadata["kelvin"]) - 273.15, 3)
+
+    return Celsius
+
+
+def test_a_class_that_cannot_be_imported_needs_custom_fields(tmp_path):
+    Celsius = make_local_field()
+    path = write(tmp_path / "t.beton", {"temp": Celsius(), "n": IntField()}, [(21.5, 1), (-4.0, 2)])
+    with beton.Reader(path) as reader:  # still opens and describes itself
+        assert isinstance(reader.fields["temp"], UnknownField)
+        assert reader.descriptors["temp"].type_name.endswith("make_local_field.<locals>.Celsius")
+        with pytest.raises(FieldError, match="custom_fields") as caught:
+            reader[0]
+        assert caught.value.field == "temp" and caught.value.sample == 0
+    for key in ("temp", Celsius.stored_type_name()):  # by field name (as FFCV) or by type name
+        with beton.Reader(path, custom_fields={key: Celsius}) as reader:
+            assert [reader[i] for i in range(2)] == [(21.5, 1), (-4.0, 2)]
+
+
+def test_custom_fields_must_be_field_classes_matching_the_stored_dtype(tmp_path):
+    path = write(tmp_path / "t.beton", {"x": make_local_field()()}, [(1.0,)])
+    with pytest.raises(FieldError, match="not a Field subclass"):
+        beton.Reader(path, custom_fields={"x": int})
+    with pytest.raises(FieldError, match="does not match the stored field"):
+        beton.Reader(path, custom_fields={"x": IntField})
+
+
+def test_payload_and_page_accessors(mixed_file):
+    with beton.Reader(mixed_file) as reader:
+        assert reader.payload(5, "label") is None
+        assert reader.payload(5, "blob").tobytes() == reader[5][3]
+        start, end = reader.page_bounds(reader.num_pages - 1)
+        assert end == reader.heap_offset + reader.heap_size and 0 < end - start <= reader.page_size
+        assert repr(reader).startswith("Reader(") and len(reader) == 60
+
+
+def test_arrays_read_back_do_not_depend_on_the_open_file(mixed_file):
+    reader = beton.Reader(mixed_file)
+    array = reader[9][2]
+    reader.close()
+    array[0, 0] = 1.0  # a private, writable copy
+    assert array.sum() == 9 * 11 + 1

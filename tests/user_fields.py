@@ -1,0 +1,48 @@
+"""A user-defined field living in the user's own module, as a real extension would."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from beton.errors import EncodeError
+from beton.fields import Encoded, Field
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioField(Field):
+    """Mono 16-bit PCM of any length; the metadata records the frame count and the sample rate is an argument."""
+
+    sample_rate: int = 16000
+
+    metadata_dtype = np.dtype([("num_frames", "<u4")])
+    has_payload = True
+
+    def encode(self, value, context):
+        if not isinstance(value, np.ndarray) or value.ndim != 1:
+            raise EncodeError("expected a 1-D array of samples")
+        pcm = value.astype("<i2")
+        return Encoded(metadata=(len(pcm),), payload=pcm.tobytes())
+
+    def to_python(self, metadata, payload):
+        pcm = np.frombuffer(payload.tobytes(), "<i2")
+        if len(pcm) != metadata["num_frames"]:
+            raise ValueError("frame count mismatch")
+        return pcm
+
+    def arguments(self):
+        return {"sample_rate": self.sample_rate}
+
+
+@dataclasses.dataclass(frozen=True)
+class NoisyField(Field):
+    """Stores a random draw from the encoding context's generator, to test per-sample seeding."""
+
+    metadata_dtype = np.dtype([("noise", "<f8")])
+
+    def encode(self, value, context):
+        return Encoded(metadata=(context.rng().random(),))
+
+    def to_python(self, metadata, payload):
+        return float(metadata["noise"])
