@@ -11,6 +11,8 @@ from beton.errors import (
     PipelineError,
     WriterError,
 )
+from beton.loader import Loader
+from beton.order import OrderOption
 from beton.reader import Reader
 from beton.verify import VerifyReport, verify
 from beton.writer import DatasetWriter
@@ -19,6 +21,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DatasetWriter",
+    "Loader",
+    "OrderOption",
     "Reader",
     "verify",
     "VerifyReport",

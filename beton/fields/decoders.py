@@ -1,0 +1,137 @@
+"""Decoders: the first operation of a loader pipeline, reading one stored field into a batch.
+
+Scalar and array decoders are compiled (numba) and fuse with the operations after them; bytes and JSON
+decoders give Python objects of their exact stored length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numba
+import numpy as np
+
+from beton.errors import DecodeError, PipelineError
+from beton.fields.bytes import BytesField, JSONField
+from beton.fields.ndarray import NDArrayField, TorchTensorField
+from beton.fields.scalar import FloatField, IntField
+from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, SourceState, State
+
+__all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
+
+
+def _require_field(operation: Any, previous: Any, *field_types: type) -> SourceState:
+    if not isinstance(previous, SourceState):
+        raise PipelineError(f"{operation!r} must be the first operation of a pipeline, not after {previous.describe()}")
+    if not isinstance(previous.field, field_types):
+        names = " or ".join(t.__name__ for t in field_types)
+        raise PipelineError(f"{operation!r} decodes {names}, but field {previous.field_name!r} is "
+                            f"{previous.field.describe()}")
+    return previous
+
+
+@numba.njit(nogil=True, cache=True)
+def _scalar_kernel(src, dst, i, sample, key, args):
+    dst[i] = src[0][sample]["value"]
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy_payload_kernel(src, dst, i, sample, key, args):
+    memory, offsets, sizes = src[1], src[2], src[3]
+    out = dst[i].reshape(-1).view(np.uint8)
+    start = offsets[i]
+    out[:] = memory[start : start + sizes[i]]
+
+
+@dataclasses.dataclass(frozen=True)
+class IntDecoder(JitOperation):
+    """IntField -> int64 per sample."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        _require_field(self, previous, IntField)
+        return State((), np.dtype(np.int64))
+
+    def kernel(self) -> Any:
+        return _scalar_kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatDecoder(JitOperation):
+    """FloatField -> float64 per sample."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        _require_field(self, previous, FloatField)
+        return State((), np.dtype(np.float64))
+
+    def kernel(self) -> Any:
+        return _scalar_kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class NDArrayDecoder(JitOperation):
+    """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes)."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        field = _require_field(self, previous, NDArrayField).field
+        return State(field.shape, field.dtype)
+
+    def kernel(self) -> Any:
+        return _copy_payload_kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchTensorDecoder(JitOperation):
+    """TorchTensorField -> numpy array of the storage dtype (bfloat16 as uint16 bits); ToTensor restores it."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        field = _require_field(self, previous, TorchTensorField).field
+        return State(field.shape, field.storage_dtype)
+
+    def kernel(self) -> Any:
+        return _copy_payload_kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class BytesDecoder(BatchOperation):
+    """BytesField -> a list of ``bytes`` per batch, each of its exact stored length."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        _require_field(self, previous, BytesField)
+        return State((), object, kind="python")
+
+    def apply(self, batch: Source, context: BatchContext) -> list[bytes]:
+        return [batch.memory[o : o + s].tobytes() for o, s in zip(batch.offsets.tolist(), batch.sizes.tolist())]
+
+
+@dataclasses.dataclass(frozen=True)
+class JSONDecoder(BatchOperation):
+    """JSONField -> a list of decoded JSON values per batch."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        _require_field(self, previous, JSONField)
+        return State((), object, kind="python")
+
+    def apply(self, batch: Source, context: BatchContext) -> list[Any]:
+        values = []
+        for i, (o, s) in enumerate(zip(batch.offsets.tolist(), batch.sizes.tolist())):
+            try:
+                values.append(json.loads(batch.memory[o : o + s].tobytes().decode("utf-8")))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                failure = DecodeError(f"stored JSON is invalid: {error}")
+                failure.sample = int(context.samples[i])
+                raise failure from None
+        return values

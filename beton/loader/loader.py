@@ -1,0 +1,264 @@
+"""Loader: the torch DataLoader replacement. Reads a .beton file through compiled per-field pipelines."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from beton.errors import PipelineError
+from beton.fields.base import Field
+from beton.loader.epoch import EpochIterator
+from beton.memory.os_cache import OSCache, metadata_column
+from beton.memory.process_cache import ProcessCache
+from beton.order import ORDERS, Order, OrderContext, OrderOption, QuasiRandomOrder, shard
+from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
+from beton.pipeline.executor import BatchJob, run_batch, warm_up
+from beton.pipeline.random import operation_key
+from beton.pipeline.spec import resolve_pipelines
+from beton.reader import Reader
+
+__all__ = ["Loader"]
+
+
+class Loader:
+    """Iterate over batches of a .beton file, one tuple of outputs per batch (in field order).
+
+    Args:
+        path: the .beton file.
+        batch_size: samples per batch.
+        num_workers: worker threads; -1 uses every usable core.
+        os_cache: True reads through a memory map (the OS page cache); False uses a process cache that
+            reads whole pages ahead of use in the epoch's known order (see :mod:`beton.memory.process_cache`).
+        order: an :class:`OrderOption` or an :class:`~beton.order.Order` instance.
+        distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
+        seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
+        indices: the subset of samples to load (in this order for SEQUENTIAL).
+        pipelines: field name -> list of operations; a missing field gets its default decoder and
+            ToTensor; ``None`` drops the field.
+        custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`).
+        drop_last: drop the last partial batch (default False: partial batches are delivered).
+        batches_ahead: batches prepared ahead of the training loop.
+        copy: return batches the caller may keep (copies); by default a batch shares memory with a slot of
+            the ring buffer and stays valid only until the next batch is requested.
+        quasi_random_window: pages per QUASI_RANDOM window (default: see :mod:`beton.order.quasi_random`).
+        process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
+        kernel_cache_dir: where generated stages and numba's compiled code are kept.
+        recompile: accepted for FFCV compatibility; unnecessary here, since shapes are fixed at construction.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        batch_size: int,
+        num_workers: int = -1,
+        os_cache: bool = True,
+        order: OrderOption | Order = OrderOption.SEQUENTIAL,
+        distributed: bool = False,
+        seed: int | None = None,
+        indices: Sequence[int] | np.ndarray | None = None,
+        pipelines: Mapping[str, Sequence[Any] | None] | None = None,
+        custom_fields: Mapping[str, type[Field]] | None = None,
+        drop_last: bool = False,
+        batches_ahead: int = 2,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        copy: bool = False,
+        quasi_random_window: int | None = None,
+        process_cache_pages: int | None = None,
+        kernel_cache_dir: str | None = None,
+        recompile: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if batches_ahead < 1:
+            raise ValueError(f"batches_ahead must be at least 1, got {batches_ahead}")
+        self.reader = Reader(path, custom_fields=custom_fields)
+        self.batch_size = batch_size
+        self.num_workers = _resolve_workers(num_workers)
+        self.drop_last = drop_last
+        self.copy = copy
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self.indices = _resolve_indices(indices, self.reader.num_samples)
+        self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
+        self.order = _resolve_order(order, quasi_random_window)
+        self._order_context = OrderContext(_sample_pages(self.reader), batch_size)
+        self.num_slots = max(batches_ahead + 1, self.num_workers) + 1
+        self.plan: Plan = build_plan(resolve_pipelines(self.reader.fields, pipelines),
+                                     kernel_cache_dir or default_cache_dir())
+        self._columns = [self.reader.descriptors[name].payload_column for name in self.plan.field_names]
+        self._metadata = [metadata_column(self.reader, name) for name in self.plan.field_names]
+        self._kernel_arguments = {
+            (step.output, step.position): step.operation.kernel_arguments(step.input_state)
+            for stage in self.plan.stages if stage.kind == "jit" for step in stage.steps
+        }
+        self._slots = [
+            [np.empty((batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
+            for _ in range(self.num_slots)
+        ]
+        self.memory = OSCache(self.reader) if os_cache else ProcessCache(
+            self.reader, self.num_slots, process_cache_pages)
+        warm_up(self.plan, self._kernel_arguments, self._slots[0],
+                [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
+        self._next_epoch = 0
+        self._next_position = 0
+        self._active: weakref.ref[EpochIterator] | None = None
+
+    # ---- epochs -------------------------------------------------------------------------------------------
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches of an epoch, as arrays of sample indices (a pure function of seed and epoch)."""
+        permutation = self.order.permutation(self.indices, self.seed, epoch, self._order_context)
+        mine = shard(np.asarray(permutation, dtype=np.int64), self.rank, self.world_size, self.drop_last)
+        count = len(mine) // self.batch_size if self.drop_last else -(-len(mine) // self.batch_size)
+        return [mine[b * self.batch_size : (b + 1) * self.batch_size] for b in range(count)]
+
+    def __len__(self) -> int:
+        per_rank = len(shard(self.indices, self.rank, self.world_size, self.drop_last))
+        return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
+
+    def __iter__(self) -> EpochIterator:
+        self._close_active()
+        epoch, first = self._next_epoch, self._next_position
+        self._next_epoch, self._next_position = epoch + 1, 0
+        batches = self.epoch_batches(epoch)[first:]
+        keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
+                for stage in self.plan.stages for s in stage.steps}
+        self.memory.start_epoch(batches, self._columns)
+        iterator = EpochIterator(
+            batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
+            num_slots=self.num_slots,
+            make_job=lambda index, samples, slot: self._make_job(index - first, index, samples, epoch, keys, slot),
+            run_job=self._run_job, finish=self._finish,
+        )
+        self._active = weakref.ref(iterator)
+        return iterator
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
+        self._next_epoch, self._next_position = int(epoch), 0
+
+    def _make_job(self, local: int, index: int, samples: np.ndarray, epoch: int, keys: dict, slot: int) -> BatchJob:
+        sources = [self.memory.source(metadata, column, samples, local, slot)
+                   for metadata, column in zip(self._metadata, self._columns)]
+        return BatchJob(index, local, samples, epoch, keys, sources)
+
+    def _run_job(self, job: BatchJob, slot: int) -> tuple:
+        try:
+            return run_batch(self.plan, self._kernel_arguments, self._slots[slot], job)
+        finally:
+            self.memory.batch_done(job.position)
+
+    def _finish(self, outputs: tuple) -> tuple:
+        if not self.copy:
+            return outputs
+        return tuple(_copy(value) for value in outputs)
+
+    # ---- resume -------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, int]:
+        """(seed, epoch, position): enough to resume exactly where the training loop is."""
+        active = self._active() if self._active else None
+        if active is not None and active.position < active.first_batch + len(active._batches):
+            return {"seed": self.seed, "epoch": active.epoch, "position": active.position}
+        return {"seed": self.seed, "epoch": self._next_epoch, "position": self._next_position}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """The next iteration yields exactly the batches an uninterrupted run would have yielded next."""
+        self._close_active()
+        self.seed = int(state["seed"])
+        self._next_epoch, self._next_position = int(state["epoch"]), int(state["position"])
+
+    # ---- inspection and teardown ---------------------------------------------------------------------------
+
+    def explain(self) -> str:
+        """The stages, their generated source and the output states."""
+        return self.plan.explain()
+
+    @property
+    def memory_counters(self) -> dict[str, int]:
+        """Pages and bytes read in the current (or last) epoch."""
+        return self.memory.counters.snapshot()
+
+    def _close_active(self) -> None:
+        active = self._active() if self._active else None
+        if active is not None:
+            active.close()
+        self._active = None
+
+    def close(self) -> None:
+        self._close_active()
+        self.memory.close()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
+def _resolve_workers(num_workers: int) -> int:
+    if num_workers == -1:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be -1 (all cores) or at least 1, got {num_workers}")
+    return num_workers
+
+
+def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
+    if indices is None:
+        return np.arange(num_samples, dtype=np.int64)
+    selected = np.array(indices, dtype=np.int64).reshape(-1)
+    if len(selected) and (selected.min() < 0 or selected.max() >= num_samples):
+        raise IndexError(f"indices must lie in [0, {num_samples}), got values from {selected.min()} to {selected.max()}")
+    return selected
+
+
+def _resolve_shard(distributed: bool, rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is None and world_size is None and distributed:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            raise PipelineError("distributed=True needs torch.distributed initialised, or rank= and world_size=")
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world_size = rank or 0, world_size or 1
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
+    return rank, world_size
+
+
+def _resolve_order(order: OrderOption | Order, quasi_random_window: int | None) -> Order:
+    if isinstance(order, Order):
+        return order
+    if order is OrderOption.QUASI_RANDOM:
+        return QuasiRandomOrder(quasi_random_window)
+    try:
+        return ORDERS[OrderOption(order)]()
+    except (KeyError, ValueError):
+        raise ValueError(f"order must be an OrderOption or an Order, got {order!r}") from None
+
+
+def _sample_pages(reader: Reader) -> np.ndarray:
+    """Page of each sample's first payload; files without payloads get pseudo-pages of 1024 samples."""
+    if reader.allocation_table.shape[1] == 0 or reader.num_samples == 0:
+        return np.arange(reader.num_samples, dtype=np.int64) // 1024
+    offsets = reader.allocation_table[:, 0]["offset"].astype(np.int64)
+    return (offsets - reader.heap_offset) // reader.page_size

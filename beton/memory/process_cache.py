@@ -1,0 +1,223 @@
+"""Process cache: whole heap pages read ahead of use, in the epoch's known order, into a bounded pool.
+
+For data that does not fit the OS page cache, network file systems, or to measure and bound the bytes read.
+
+How it works
+------------
+* At the start of an epoch the cache learns the batches (their samples are known in advance) and computes the
+  pages each batch needs.
+* A reader thread walks the batches in order. For each batch it *pins* every page the batch needs, reading the
+  missing ones from the file (``os.preadv``, no memory map), then marks the batch ready. It never runs more than
+  ``num_slots`` batches ahead of the oldest batch not yet finished.
+* A worker thread computing batch b waits until b is ready, then copies the batch's payloads from the pinned
+  pages into a staging buffer of its slot (reused, grown only when a batch needs more), which the decoders read.
+  When the batch is done its pages are unpinned.
+* Unpinned pages stay resident while the budget allows, so a page used again soon is not read again; when the
+  budget is full the least recently used unpinned page is dropped.
+
+Memory bound: ``budget_pages * page_size`` bytes of pages plus the staging buffers (one batch of payloads per
+slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive batches need
+(less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one contiguous
+run of batches, so every page is read once per epoch; under RANDOM a page may be read several times.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from beton.memory.os_cache import MemoryCounters
+from beton.pipeline.operation import Source
+from beton.reader import Reader
+
+__all__ = ["ProcessCache"]
+
+
+class ProcessCache:
+    def __init__(self, reader: Reader, num_slots: int, budget_pages: int | None = None) -> None:
+        self._reader = reader
+        self._num_slots = num_slots
+        self._requested_budget = budget_pages
+        self._fd = os.open(reader.path, os.O_RDONLY)
+        self._condition = threading.Condition()
+        self._staging: dict[tuple[int, int], np.ndarray] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.counters = MemoryCounters()
+        self.budget_pages = 0
+        self._reset([])
+
+    # ---- epoch lifecycle ------------------------------------------------------------------------------------
+
+    def start_epoch(self, batches: Sequence[np.ndarray], columns: Sequence[int]) -> None:
+        self._stop_reader()
+        self._reset([self._pages_of(samples, columns) for samples in batches])
+        self.counters = MemoryCounters()
+        self._stop = False
+        self._thread = threading.Thread(target=self._read_ahead, name="beton-page-reader", daemon=True)
+        self._thread.start()
+
+    def _reset(self, batch_pages: list[np.ndarray]) -> None:
+        self._batch_pages = batch_pages
+        minimum = _max_window_union(batch_pages, self._num_slots + 1)
+        self.budget_pages = max(self._requested_budget or 2 * minimum, minimum, 1)
+        self._resident: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()  # LRU order
+        self._pins: collections.Counter[int] = collections.Counter()
+        self._ready = 0  # batches below this number have all their pages pinned and resident
+        self._done: set[int] = set()
+        self._oldest_unfinished = 0
+        self._error: BaseException | None = None
+
+    def _pages_of(self, samples: np.ndarray, columns: Sequence[int]) -> np.ndarray:
+        reader = self._reader
+        used = [c for c in columns if c >= 0]
+        if not used or not len(samples):
+            return np.zeros(0, np.int64)
+        allocation = reader.allocation_table[samples][:, used]
+        starts = (allocation["offset"].astype(np.int64) - reader.heap_offset).ravel()
+        sizes = allocation["size"].astype(np.int64).ravel()
+        starts, sizes = starts[sizes > 0], sizes[sizes > 0]
+        first, last = starts // reader.page_size, (starts + sizes - 1) // reader.page_size
+        spans = [np.arange(a, b + 1) for a, b in zip(first[first != last], last[first != last])]
+        return np.unique(np.concatenate([first, *spans]) if spans else first)
+
+    # ---- the reader thread --------------------------------------------------------------------------------
+
+    def _read_ahead(self) -> None:
+        try:
+            for batch, pages in enumerate(self._batch_pages):
+                with self._condition:
+                    while not self._stop and batch >= self._oldest_unfinished + self._num_slots:
+                        self._condition.wait()
+                    if self._stop:
+                        return
+                for page in pages.tolist():
+                    if not self._pin(page):
+                        return
+                with self._condition:
+                    self._ready = batch + 1
+                    self._condition.notify_all()
+        except BaseException as error:  # noqa: BLE001 - surfaces in the worker waiting for this batch
+            with self._condition:
+                self._error = error
+                self._condition.notify_all()
+
+    def _pin(self, page: int) -> bool:
+        with self._condition:
+            if page in self._resident:
+                self._resident.move_to_end(page)
+                self._pins[page] += 1
+                return True
+            while not self._stop and len(self._resident) >= self.budget_pages:
+                victim = next((p for p in self._resident if self._pins[p] == 0), None)
+                if victim is not None:
+                    del self._resident[victim]
+                    break
+                self._condition.wait()
+            if self._stop:
+                return False
+        data = self._read_page(page)  # outside the lock: workers keep copying meanwhile
+        with self._condition:
+            self._resident[page] = data
+            self._pins[page] += 1
+        return True
+
+    def _read_page(self, page: int) -> np.ndarray:
+        start, end = self._reader.page_bounds(page)
+        buffer = np.empty(end - start, np.uint8)
+        read = os.preadv(self._fd, [buffer], start)
+        if read != len(buffer):
+            raise OSError(f"{self._reader.path}: short read of page {page}: {read} of {len(buffer)} bytes")
+        self.counters.add(1, len(buffer))
+        return buffer
+
+    # ---- worker side --------------------------------------------------------------------------------------
+
+    def empty_source(self, metadata: np.ndarray, column: int) -> Source:
+        empty = np.zeros(0, np.int64)
+        memory = np.zeros(0, np.uint8)
+        memory.flags.writeable = False
+        return Source(metadata, memory, empty, empty)
+
+    def source(self, metadata: np.ndarray, column: int, samples: np.ndarray, batch: int, slot: int) -> Source:
+        if column < 0:
+            return self.empty_source(metadata, column)
+        self._wait_ready(batch)
+        reader = self._reader
+        allocation = reader.allocation_table[samples, column]
+        offsets = allocation["offset"].astype(np.int64)
+        sizes = allocation["size"].astype(np.int64)
+        staging = self._staging_buffer(slot, column, int(sizes.sum()))
+        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+        with self._condition:
+            pages = dict(self._resident)  # pinned pages cannot be dropped until batch_done
+        for offset, size, position in zip(offsets.tolist(), sizes.tolist(), positions.tolist()):
+            self._copy_payload(pages, offset - reader.heap_offset, size, staging[position : position + size])
+        view = staging[: int(sizes.sum())]
+        view.flags.writeable = False
+        return Source(metadata, view, positions, sizes)
+
+    def _copy_payload(self, pages: dict[int, np.ndarray], start: int, size: int, out: np.ndarray) -> None:
+        page_size = self._reader.page_size
+        done = 0
+        while done < size:
+            page, within = divmod(start + done, page_size)
+            piece = min(size - done, page_size - within)
+            out[done : done + piece] = pages[page][within : within + piece]
+            done += piece
+
+    def _staging_buffer(self, slot: int, column: int, size: int) -> np.ndarray:
+        buffer = self._staging.get((slot, column))
+        if buffer is None or len(buffer) < size:
+            buffer = np.empty(max(size, 1), np.uint8)
+            self._staging[slot, column] = buffer
+        return buffer
+
+    def _wait_ready(self, batch: int) -> None:
+        with self._condition:
+            while self._ready <= batch and self._error is None and not self._stop:
+                self._condition.wait()
+            if self._error is not None:
+                raise self._error
+            if self._stop:
+                raise RuntimeError("the process cache was closed")
+
+    def batch_done(self, batch: int) -> None:
+        with self._condition:
+            if batch < len(self._batch_pages) and batch not in self._done:
+                self._done.add(batch)
+                if batch < self._ready:
+                    for page in self._batch_pages[batch].tolist():
+                        self._pins[page] -= 1
+                while self._oldest_unfinished in self._done:
+                    self._oldest_unfinished += 1
+                self._condition.notify_all()
+
+    # ---- teardown -----------------------------------------------------------------------------------------
+
+    def _stop_reader(self) -> None:
+        with self._condition:
+            self._stop = True
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        self._stop_reader()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _max_window_union(batch_pages: list[np.ndarray], window: int) -> int:
+    """The largest number of distinct pages any `window` consecutive batches need."""
+    best = 0
+    for start in range(len(batch_pages)):
+        pages = batch_pages[start : start + window]
+        best = max(best, len(np.unique(np.concatenate(pages))) if pages else 0)
+    return best

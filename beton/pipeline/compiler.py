@@ -1,0 +1,276 @@
+"""From per-output lists of operations to an executable plan, in three named passes.
+
+1. :func:`place_steps` - walk each output's operations, deriving every State (errors name the output and
+   operation), and give each non-in-place numpy output a buffer.
+2. :func:`group_stages` - cut each output's steps into runs of one kind (jit / sample / batch); the r-th run of
+   every output forms round r; inside a round, all jit runs of all outputs become one fused stage.
+3. :func:`make_stage_source` + :func:`compile_stage` - generate the fused stage's Python source, write it to a
+   module file in the kernel cache named by its hash, import it and let numba compile it with
+   ``nogil=True, cache=True``: a later process finds the compiled code on disk (numba cannot cache functions
+   made by ``exec``, which have no file). A kernel that cannot be imported by name (defined in ``__main__`` or
+   inside a function) still works, through ``exec``, without the disk cache; ``explain()`` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numba
+import numpy as np
+
+from beton.errors import PipelineError
+from beton.pipeline.operation import (
+    BatchOperation,
+    JitOperation,
+    Operation,
+    SampleOperation,
+    SourceState,
+    State,
+)
+
+__all__ = ["Step", "Stage", "Plan", "build_plan", "default_cache_dir", "make_stage_source"]
+
+StageKind = Literal["jit", "sample", "batch"]
+_STAGE_MODULE_PREFIX = "beton_stage_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One operation in place: which output, which position, its States and its output buffer."""
+
+    output: int
+    position: int
+    operation: Operation
+    input_state: State | SourceState
+    output_state: State
+    buffer: int | None  # index into Plan.buffers; None for operations whose result is not a preallocated array
+    input_buffer: int | None  # the buffer holding this step's input, None for the source or a Python value
+
+    @property
+    def kind(self) -> StageKind:
+        if isinstance(self.operation, JitOperation):
+            return "jit"
+        if isinstance(self.operation, SampleOperation):
+            return "sample"
+        if isinstance(self.operation, BatchOperation):
+            return "batch"
+        raise PipelineError(f"{self.operation!r} is not a JitOperation, SampleOperation or BatchOperation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    kind: StageKind
+    steps: tuple[Step, ...]
+    function: Any = None  # the compiled fused function, for jit stages
+    source: str = ""  # its generated source, for explain()
+    cached: bool = False  # whether numba can cache it on disk
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    shape: tuple[int, ...]  # per sample
+    dtype: np.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    output_names: tuple[str, ...]
+    field_names: tuple[str, ...]  # the stored field each output reads
+    stages: tuple[Stage, ...]
+    buffers: tuple[BufferSpec, ...]
+    final_states: tuple[State, ...]
+
+    def explain(self) -> str:
+        lines = []
+        for number, stage in enumerate(self.stages):
+            names = ", ".join(f"{self.output_names[s.output]}[{s.position}] {s.operation!r}" for s in stage.steps)
+            cached = " (disk-cached)" if stage.cached else " (not disk-cached: kernel not importable)"
+            lines.append(f"stage {number}: {stage.kind}{cached if stage.kind == 'jit' else ''}: {names}")
+            if stage.source:
+                lines.append("    " + stage.source.replace("\n", "\n    ").rstrip())
+        for name, state in zip(self.output_names, self.final_states):
+            lines.append(f"output {name!r}: {state.describe()}")
+        return "\n".join(lines)
+
+
+def build_plan(
+    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str
+) -> Plan:
+    """``outputs``: (output name, field name, field, operations) per output. Returns the compiled plan."""
+    buffers: list[BufferSpec] = []
+    steps = [place_steps(index, name, field_name, field, operations, buffers)
+             for index, (name, field_name, field, operations) in enumerate(outputs)]
+    stages = [
+        compile_stage(group, cache_dir) if group[0].kind == "jit" else Stage(group[0].kind, tuple(group))
+        for group in group_stages(steps)
+    ]
+    return Plan(
+        output_names=tuple(name for name, *_ in outputs),
+        field_names=tuple(field_name for _, field_name, *_ in outputs),
+        stages=tuple(stages),
+        buffers=tuple(buffers),
+        final_states=tuple(output_steps[-1].output_state for output_steps in steps),
+    )
+
+
+def place_steps(
+    output: int, name: str, field_name: str, field: Any, operations: Sequence[Operation],
+    buffers: list[BufferSpec],
+) -> list[Step]:
+    if not operations or not operations[0].is_decoder:
+        raise PipelineError(f"pipeline {name!r} must start with a decoder for field {field_name!r}")
+    state: State | SourceState = SourceState(field, field_name)
+    current_buffer: int | None = None
+    steps = []
+    for position, operation in enumerate(operations):
+        if not isinstance(operation, Operation):
+            raise PipelineError(f"pipeline {name!r}[{position}]: {operation!r} is not an Operation")
+        if position and operation.is_decoder:
+            raise PipelineError(f"pipeline {name!r}[{position}]: decoder {operation!r} must come first")
+        try:
+            next_state = operation.output_state(state)
+        except PipelineError as error:
+            raise PipelineError(f"pipeline {name!r}[{position}]: {error}") from None
+        buffer = _buffer_for(operation, state, next_state, current_buffer, buffers)
+        steps.append(Step(output, position, operation, state, next_state, buffer, current_buffer))
+        state, current_buffer = next_state, buffer
+    return steps
+
+
+def _buffer_for(operation: Operation, previous: Any, state: State, current: int | None,
+                buffers: list[BufferSpec]) -> int | None:
+    if isinstance(operation, BatchOperation) or state.kind != "numpy":
+        return None  # batch operations return their result; it is not preallocated
+    if current is not None and operation.in_place(previous):
+        return current
+    buffers.append(BufferSpec(tuple(state.shape), np.dtype(state.dtype)))
+    return len(buffers) - 1
+
+
+def group_stages(steps_per_output: Sequence[Sequence[Step]]) -> list[list[Step]]:
+    """Rounds of runs; in each round, every output's run; jit runs of one round fused into one stage."""
+    runs_per_output = [_runs(steps) for steps in steps_per_output]
+    groups: list[list[Step]] = []
+    for round_number in range(max(len(runs) for runs in runs_per_output)):
+        fused: list[Step] = []
+        for runs in runs_per_output:
+            if round_number < len(runs):
+                run = runs[round_number]
+                if run[0].kind == "jit":
+                    fused.extend(run)
+                else:
+                    groups.extend([step] for step in run)
+        if fused:
+            groups.append(fused)
+    return groups
+
+
+def _runs(steps: Sequence[Step]) -> list[list[Step]]:
+    runs: list[list[Step]] = []
+    for step in steps:
+        if runs and runs[-1][-1].kind == step.kind == "jit":
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return runs
+
+
+def _kernel_import(kernel: Any) -> tuple[str, str] | None:
+    """(module, name) to import the kernel from, if a fresh module can import it by name."""
+    function = getattr(kernel, "py_func", None)
+    if function is None:
+        raise PipelineError(f"kernel {kernel!r} is not a numba-compiled function")
+    module, name = function.__module__, function.__qualname__
+    if module == "__main__" or "." in name:
+        return None
+    if getattr(sys.modules.get(module), name, None) is not kernel:
+        return None
+    return module, name
+
+
+def make_stage_source(steps: Sequence[Step], cache: bool) -> tuple[str, dict[str, Any]]:
+    """The fused stage's source and the globals it needs (kernels that cannot be imported go in globals)."""
+    imports, globals_, parameters, calls = [], {}, [], []
+    for number, step in enumerate(steps):
+        kernel = step.operation.kernel()
+        location = _kernel_import(kernel) if cache else None
+        alias = f"kernel_{number}"
+        if location:
+            imports.append(f"from {location[0]} import {location[1]} as {alias}")
+        else:
+            globals_[alias] = kernel
+        parameters += [f"src_{number}", f"dst_{number}", f"key_{number}", f"args_{number}"]
+        calls.append(f"        {alias}(src_{number}, dst_{number}, i, sample, key_{number}, args_{number})"
+                     f"  # {step.operation!r}")
+    source = "\n".join([
+        "# Generated by beton.pipeline.compiler: one fused stage. Do not edit; the name is a content hash.",
+        "import numba",
+        *imports,
+        "",
+        "",
+        f"@numba.njit(nogil=True, cache={cache})",
+        f"def stage(start, end, samples, {', '.join(parameters)}):",
+        "    for i in range(start, end):",
+        "        sample = samples[i]",
+        *calls,
+        "",
+    ])
+    return source, globals_
+
+
+def compile_stage(steps: Sequence[Step], cache_dir: str) -> Stage:
+    cacheable = all(_kernel_import(step.operation.kernel()) for step in steps)
+    source, globals_ = make_stage_source(steps, cacheable)
+    if cacheable:
+        function = _import_stage_module(source, steps, cache_dir).stage
+    else:
+        namespace = dict(globals_)
+        exec(compile(source, "<beton stage>", "exec"), namespace)
+        function = namespace["stage"]
+    return Stage("jit", tuple(steps), function, source, cacheable)
+
+
+def _import_stage_module(source: str, steps: Sequence[Step], cache_dir: str) -> Any:
+    digest = hashlib.sha256(source.encode())
+    digest.update(numba.__version__.encode())
+    for module in sorted({step.operation.kernel().py_func.__module__ for step in steps}):
+        # numba's cache does not notice when an imported kernel's module changes: put its text in the name.
+        digest.update(_module_text(module))
+    module_name = _STAGE_MODULE_PREFIX + digest.hexdigest()[:24]
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = os.path.join(cache_dir, module_name + ".py")
+    if not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(source)
+        os.replace(temporary, path)  # atomic: concurrent processes never see half a file
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sys.modules.setdefault(module_name, module)
+
+
+def _module_text(module_name: str) -> bytes:
+    try:
+        return inspect.getsource(sys.modules[module_name]).encode()
+    except (OSError, TypeError, KeyError):
+        return module_name.encode()
+
+
+def default_cache_dir() -> str:
+    """Where generated stage modules and numba's compiled code live: $BETON_CACHE_DIR, else ~/.cache/beton."""
+    explicit = os.environ.get("BETON_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "beton", "kernels")

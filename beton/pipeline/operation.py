@@ -1,0 +1,148 @@
+"""Operations: the steps of a loader pipeline, and the State that flows between them.
+
+An operation is an immutable description (a frozen dataclass). From the State of its input it derives the
+State of its output (:meth:`Operation.output_state`), raising :class:`~beton.errors.PipelineError` when it
+cannot accept that input. It holds no per-field or global state, so one instance may sit in two pipelines.
+
+There are three kinds, and the compiler treats each differently:
+
+* :class:`JitOperation` - per sample, compiled with numba. It names a module-level ``@njit`` kernel
+  (:meth:`JitOperation.kernel`) with the fixed signature ``kernel(src, dst, i, sample, key, args)``:
+  read sample ``sample`` from ``src`` (batch position ``i``), write batch position ``i`` of ``dst``; ``key``
+  seeds its random draws (see :mod:`beton.pipeline.random`); ``args`` is the tuple from
+  :meth:`JitOperation.kernel_arguments`. Consecutive jit operations are fused into one compiled loop.
+* :class:`SampleOperation` - per sample, in Python, run by worker threads (for C calls that release the GIL,
+  such as JPEG decoding): :meth:`SampleOperation.apply` writes batch position ``i`` of ``dst``.
+* :class:`BatchOperation` - once per batch, on the whole batch (torch operations): ``apply(batch) -> batch``.
+
+Decoders are the first operation of a pipeline: their input State is a :class:`SourceState` naming the field,
+and their ``src`` is the field's :class:`Source` for the batch.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from beton.errors import PipelineError
+
+__all__ = [
+    "State",
+    "SourceState",
+    "Source",
+    "Operation",
+    "JitOperation",
+    "SampleOperation",
+    "BatchOperation",
+    "BatchContext",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What flows between operations: per-sample shape and dtype, as numpy arrays or torch tensors.
+
+    ``kind`` "python" is a list of Python objects per batch (bytes, JSON values); shape and dtype are unused.
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any  # np.dtype for numpy data, torch.dtype for torch data
+    kind: Literal["numpy", "torch", "python"] = "numpy"
+    device: str = "cpu"
+
+    def require(self, condition: bool, operation: Operation, expectation: str) -> None:
+        if not condition:
+            raise PipelineError(f"{operation!r} needs {expectation}, got {self.describe()}")
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.dtype} per-sample shape {self.shape} on {self.device}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceState:
+    """The input of a decoder: which stored field it reads."""
+
+    field: Any  # beton.fields.Field
+    field_name: str
+
+    def describe(self) -> str:
+        return f"stored field {self.field_name!r} ({self.field.describe()})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Everything a decoder kernel may read for one field, for one batch.
+
+    ``metadata`` is the field's data-table column for all samples (indexed by sample); ``memory`` holds the
+    payload bytes, and ``offsets[i]``/``sizes[i]`` locate batch position i's payload in it. Fields without a
+    payload get empty arrays. Passed to kernels as the tuple ``(metadata, memory, offsets, sizes)``.
+    """
+
+    metadata: np.ndarray
+    memory: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+
+    def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.metadata, self.memory, self.offsets, self.sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchContext:
+    """What a Python-level operation may know about the batch it works on."""
+
+    samples: np.ndarray  # dataset indices of the batch, int64
+    epoch: int
+    key: np.uint64  # this operation's random key for this epoch
+
+
+class Operation(abc.ABC):
+    """Base of all operations; see the module docstring for the three kinds."""
+
+    @abc.abstractmethod
+    def output_state(self, previous: State | SourceState) -> State:
+        """Validate the input State and return the output State."""
+
+    #: True for decoders: operations whose input is a stored field (a SourceState), not another operation.
+    is_decoder: ClassVar[bool] = False
+
+    def in_place(self, previous: State) -> bool:
+        """True when the operation writes its output into its input's buffer (no buffer of its own)."""
+        return False
+
+    def __repr__(self) -> str:
+        if dataclasses.is_dataclass(self):
+            parts = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+            return f"{type(self).__name__}({parts})"
+        return f"{type(self).__name__}()"
+
+
+class JitOperation(Operation):
+    """A per-sample operation compiled with numba and fused with its jit neighbours."""
+
+    @abc.abstractmethod
+    def kernel(self) -> Any:
+        """The module-level ``numba.njit(nogil=True, cache=True)`` kernel ``(src, dst, i, sample, key, args)``."""
+
+    def kernel_arguments(self, previous: State | SourceState) -> tuple:
+        """Constant arguments for the kernel (numpy scalars and arrays), derived from this operation's fields."""
+        return ()
+
+
+class SampleOperation(Operation):
+    """A per-sample operation run in Python by the worker threads (for GIL-releasing C calls)."""
+
+    @abc.abstractmethod
+    def apply(self, src: Any, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
+        """Write batch position ``i`` of ``dst`` from ``src`` (a :class:`Source` for decoders)."""
+
+
+class BatchOperation(Operation):
+    """An operation applied once per batch, usually a torch operation."""
+
+    @abc.abstractmethod
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        """Return the transformed batch (may be a view of the input)."""

@@ -1,0 +1,147 @@
+"""Batch operations on torch tensors: conversion from numpy, layout, dtype, device, and arbitrary modules."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from beton.pipeline.operation import BatchContext, BatchOperation, State
+
+__all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "ToDevice", "ModuleWrapper"]
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    """A torch dtype from a torch dtype, its name ("bfloat16") or a numpy dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class ToTensor(BatchOperation):
+    """numpy batch -> torch tensor sharing its memory (no copy)."""
+
+    def output_state(self, previous: State) -> State:
+        previous.require(isinstance(previous, State) and previous.kind == "numpy", self, "a numpy batch")
+        return State(previous.shape, _torch_dtype(previous.dtype), kind="torch")
+
+    def apply(self, batch: np.ndarray, context: BatchContext) -> torch.Tensor:
+        return torch.from_numpy(batch)
+
+
+def _require_torch(operation: BatchOperation, previous: State) -> None:
+    previous.require(isinstance(previous, State) and previous.kind == "torch", operation, "a torch batch (add ToTensor())")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToTorchImage(BatchOperation):
+    """HWC images -> CHW tensors; with ``channels_last`` the memory stays HWC (torch's channels_last format)."""
+
+    channels_last: bool = True
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        previous.require(len(previous.shape) == 3, self, "HxWxC images")
+        height, width, channels = previous.shape
+        return dataclasses.replace(previous, shape=(channels, height, width))
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        chw = batch.permute(0, 3, 1, 2)
+        return chw if self.channels_last else chw.contiguous()
+
+
+@dataclasses.dataclass(frozen=True)
+class Squeeze(BatchOperation):
+    """Remove per-sample dimensions of size 1 (all of them, or the given ones counted per sample)."""
+
+    dims: tuple[int, ...] | None = None
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        if self.dims is None:
+            shape = tuple(size for size in previous.shape if size != 1)
+        else:
+            previous.require(all(previous.shape[d] == 1 for d in self.dims), self, f"size 1 at dims {self.dims}")
+            shape = tuple(size for d, size in enumerate(previous.shape) if d not in self.dims)
+        return dataclasses.replace(previous, shape=shape)
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        if self.dims is None:
+            sample_shape = tuple(size for size in batch.shape[1:] if size != 1)
+            return batch.reshape((batch.shape[0],) + sample_shape)
+        return batch.squeeze(tuple(d + 1 for d in self.dims)) if self.dims else batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Convert(BatchOperation):
+    """Change the tensor dtype (values converted, as ``tensor.to(dtype)``)."""
+
+    dtype: Any
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        return dataclasses.replace(previous, dtype=_torch_dtype(self.dtype))
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        return batch.to(_torch_dtype(self.dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewAs(BatchOperation):
+    """Reinterpret the tensor's bits as another dtype of the same size (e.g. uint16 -> bfloat16)."""
+
+    dtype: Any
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        target = _torch_dtype(self.dtype)
+        previous.require(target.itemsize == previous.dtype.itemsize, self, f"a dtype of {target.itemsize} bytes")
+        return dataclasses.replace(previous, dtype=target)
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        target = _torch_dtype(self.dtype)
+        return batch if batch.dtype == target else batch.view(target)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToDevice(BatchOperation):
+    """Move the batch to a device; pinned and non-blocking only when CUDA is there to use it."""
+
+    device: Any
+    non_blocking: bool = True
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        return dataclasses.replace(previous, device=str(torch.device(self.device)))
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        device = torch.device(self.device)
+        if device.type == "cuda" and torch.cuda.is_available() and batch.device.type == "cpu":
+            return batch.pin_memory().to(device, non_blocking=self.non_blocking)
+        return batch.to(device)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleWrapper(BatchOperation):
+    """Any ``torch.nn.Module`` or callable applied to the whole batch (torch tensors in, tensors out).
+
+    The output State is found by calling the module once on an empty batch of the input shape.
+    """
+
+    module: Callable[[Any], Any]
+
+    def output_state(self, previous: State) -> State:
+        _require_torch(self, previous)
+        probe = torch.zeros((1,) + tuple(previous.shape), dtype=previous.dtype)
+        with torch.no_grad():
+            result = self.module(probe)
+        return dataclasses.replace(previous, shape=tuple(result.shape[1:]), dtype=result.dtype)
+
+    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+        return self.module(batch)
