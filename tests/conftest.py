@@ -59,3 +59,18 @@ def mixed_sample(i: int) -> tuple:
 def mixed_file(tmp_path):
     """A 60-sample file with every basic field and 1 KiB pages, so payloads cross many page boundaries."""
     return write(tmp_path / "mixed.beton", MIXED_FIELDS, [mixed_sample(i) for i in range(60)], page_size=1024)
+
+
+def small_image(i: int) -> np.ndarray:
+    """An 8x8x3 uint8 image whose pixels encode its sample index, so batches can be checked exactly."""
+    return ((np.arange(8 * 8 * 3, dtype=np.int64).reshape(8, 8, 3) + i * 7) % 251).astype(np.uint8)
+
+
+IMAGE_FIELDS = {"image": NDArrayField(np.uint8, (8, 8, 3)), "label": IntField()}
+
+
+@pytest.fixture(scope="session")
+def image_file(tmp_path_factory):
+    """203 samples (a prime: partial batches everywhere) of an 8x8x3 image and its label; 1 KiB pages."""
+    path = tmp_path_factory.mktemp("images") / "images.beton"
+    return write(path, IMAGE_FIELDS, [(small_image(i), i) for i in range(203)], page_size=1024)

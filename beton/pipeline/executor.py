@@ -73,16 +73,19 @@ def _run_jit(stage: Stage, plan: Plan, kernel_arguments: dict, buffers: Sequence
     try:
         stage.function(0, len(job.samples), job.samples, *arguments)
     except Exception as error:
-        # The fused loop does not say which sample failed: replay one sample at a time (draws are keyed by
-        # sample, so the replay is exact) to name it.
-        for i in range(len(job.samples)):
-            try:
-                stage.function(i, i + 1, job.samples, *arguments)
-            except Exception:
-                _annotate(error, plan, stage.steps, job, i)
-                raise
-        _annotate(error, plan, stage.steps, job, None)
+        _annotate(error, plan, stage.steps, job, _first_failing_position(stage, job, arguments))
         raise
+
+
+def _first_failing_position(stage: Stage, job: BatchJob, arguments: list[Any]) -> int | None:
+    # The fused loop does not say which sample failed: replay one sample at a time (draws are keyed by
+    # sample, so the replay is exact) to name it.
+    for i in range(len(job.samples)):
+        try:
+            stage.function(i, i + 1, job.samples, *arguments)
+        except Exception:  # noqa: BLE001 - only locating
+            return i
+    return None
 
 
 class _locate:

@@ -1,0 +1,70 @@
+"""Random flips of HxWxC images, compiled, one draw per sample."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numba
+import numpy as np
+
+from beton.pipeline.operation import JitOperation, State
+from beton.pipeline.random import uniform
+
+__all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
+
+
+@numba.njit(nogil=True, cache=True)
+def _horizontal_flip_kernel(src, dst, i, sample, key, args):
+    (probability,) = args
+    if uniform(key, sample, 0) < probability:
+        dst[i] = src[i, :, ::-1]
+    else:
+        dst[i] = src[i]
+
+
+@numba.njit(nogil=True, cache=True)
+def _vertical_flip_kernel(src, dst, i, sample, key, args):
+    (probability,) = args
+    if uniform(key, sample, 0) < probability:
+        dst[i] = src[i, ::-1]
+    else:
+        dst[i] = src[i]
+
+
+def _image_state(operation: Any, previous: State) -> State:
+    previous.require(isinstance(previous, State) and previous.kind == "numpy" and len(previous.shape) == 3,
+                     operation, "numpy HxWxC images (put it before ToTensor)")
+    return previous
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomHorizontalFlip(JitOperation):
+    """Mirror left-right with probability ``flip_prob``."""
+
+    flip_prob: float = 0.5
+
+    def output_state(self, previous: Any) -> State:
+        return _image_state(self, previous)
+
+    def kernel(self) -> Any:
+        return _horizontal_flip_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.flip_prob),)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomVerticalFlip(JitOperation):
+    """Mirror top-bottom with probability ``flip_prob``."""
+
+    flip_prob: float = 0.5
+
+    def output_state(self, previous: Any) -> State:
+        return _image_state(self, previous)
+
+    def kernel(self) -> Any:
+        return _vertical_flip_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.flip_prob),)

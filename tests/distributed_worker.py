@@ -1,0 +1,28 @@
+"""One rank of the 2-process torch.distributed test: iterates every order and records the labels it saw."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch.distributed as dist
+
+from beton import Loader, OrderOption
+
+
+def main(path: str, rendezvous: str, rank: int, world_size: int, output: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+    seen = {}
+    for order in OrderOption:
+        with Loader(path, batch_size=16, num_workers=2, order=order, seed=9, distributed=True,
+                    indices=range(202), quasi_random_window=2) as loader:
+            seen[order.name] = {"len": len(loader),
+                                "epochs": [[labels.tolist() for _, labels in loader] for _ in range(2)]}
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(output, "w") as file:
+        json.dump(seen, file)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

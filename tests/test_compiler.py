@@ -1,0 +1,104 @@
+"""The compiler: stage grouping, generated module files cached on disk, and the exec fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import torch
+
+from beton import Loader, OrderOption
+from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.pipeline.operation import JitOperation
+from beton.transforms import Convert, ToTensor
+from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
+from beton.transforms.normalize import NormalizeImage
+
+from conftest import small_image
+
+
+def test_consecutive_jit_operations_of_all_outputs_fuse_into_one_stage(image_file, tmp_path):
+    pipelines = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), RandomVerticalFlip(), ToTensor()],
+                 "label": [IntDecoder(), ToTensor(), Convert(torch.int32)]}
+    with Loader(image_file, batch_size=8, num_workers=1, pipelines=pipelines, kernel_cache_dir=str(tmp_path)) as loader:
+        kinds = [(stage.kind, len(stage.steps)) for stage in loader.plan.stages]
+        assert kinds == [("jit", 4), ("batch", 1), ("batch", 1), ("batch", 1)]
+        (module_file,) = [name for name in os.listdir(tmp_path) if name.endswith(".py")]
+        assert (tmp_path / module_file).read_text() == loader.plan.stages[0].source
+        next(iter(loader))
+    assert any(name.endswith(".nbi") for name in os.listdir(tmp_path / "__pycache__"))
+
+
+def test_a_fresh_process_loads_compiled_stages_from_disk(image_file, tmp_path):
+    script = textwrap.dedent(f"""
+        import time, numba
+        from beton import Loader
+        from beton.fields.decoders import NDArrayDecoder
+        from beton.transforms import ToTensor
+        from beton.transforms.flip import RandomHorizontalFlip
+        loader = Loader({str(image_file)!r}, batch_size=8, num_workers=1, kernel_cache_dir={str(tmp_path)!r},
+                        pipelines={{"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor()]}})
+        stage = loader.plan.stages[0].function
+        print(len(stage.stats.cache_hits), len(stage.stats.cache_misses))
+    """)
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert runs[0].stdout.split() == ["0", "1"]  # cold: compiled
+    assert runs[1].stdout.split() == ["1", "0"]  # warm: loaded from the disk cache
+
+
+def make_unimportable_operation():
+    @numba.njit(nogil=True)
+    def invert_kernel(src, dst, i, sample, key, args):
+        dst[i] = 255 - src[i]
+
+    @dataclasses.dataclass(frozen=True)
+    class Invert(JitOperation):
+        def output_state(self, previous):
+            return previous
+
+        def kernel(self):
+            return invert_kernel
+
+    return Invert()
+
+
+def test_a_kernel_defined_in_a_function_still_works_without_the_disk_cache(image_file):
+    pipelines = {"image": [NDArrayDecoder(), make_unimportable_operation(), ToTensor()]}
+    with Loader(image_file, batch_size=8, num_workers=1, pipelines=pipelines) as loader:
+        assert "not disk-cached" in loader.explain()
+        images, labels = next(iter(loader))
+        np.testing.assert_array_equal(images[5].numpy(), 255 - small_image(5))
+
+
+def test_random_augmentations_are_identical_for_any_number_of_workers(image_file):
+    pipelines = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), RandomVerticalFlip(),
+                           NormalizeImage([10.0, 20.0, 30.0], [2.0, 4.0, 8.0]), ToTensor()]}
+
+    def batches(num_workers):
+        with Loader(image_file, batch_size=16, num_workers=num_workers, pipelines=pipelines,
+                    order=OrderOption.RANDOM, seed=21, copy=True) as loader:
+            return [[(images.numpy(), labels.numpy()) for images, labels in loader] for _ in range(2)]
+
+    reference = batches(1)
+    variants_seen = set()
+    for epoch in reference:
+        for images, labels in epoch:
+            for image, label in zip(images, labels):
+                normalized = ((small_image(label) - np.float32([10, 20, 30])) / np.float32([2, 4, 8]))
+                variants = [normalized, normalized[:, ::-1], normalized[::-1], normalized[::-1, ::-1]]
+                matches = [k for k, v in enumerate(variants) if np.allclose(image, v, atol=1e-5)]
+                assert matches
+                variants_seen.add(matches[0])
+    assert variants_seen == {0, 1, 2, 3}  # both flips happen, independently
+    for num_workers in (2, 4):
+        for epoch_a, epoch_b in zip(reference, batches(num_workers)):
+            for (a, labels_a), (b, labels_b) in zip(epoch_a, epoch_b):
+                assert a.tobytes() == b.tobytes() and np.array_equal(labels_a, labels_b)

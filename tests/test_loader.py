@@ -1,0 +1,183 @@
+"""Loader: correct data in every configuration, partial batches, dropping fields, resume, copies."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import beton
+from beton import Loader, OrderOption
+from beton.errors import PipelineError
+from beton.fields.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder
+from beton.transforms import Convert, Squeeze, ToTensor, ToTorchImage
+from beton.transforms.flip import RandomHorizontalFlip
+
+from conftest import MIXED_FIELDS, mixed_sample, small_image, write
+
+
+def labels_of(loader):
+    return [batch[1].tolist() for batch in loader]
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+@pytest.mark.parametrize("order", list(OrderOption))
+def test_batches_hold_the_right_samples(image_file, order, os_cache):
+    with Loader(image_file, batch_size=16, num_workers=2, order=order, seed=3, os_cache=os_cache) as loader:
+        seen = []
+        for images, labels in loader:
+            assert images.dtype == torch.uint8 and images.shape[1:] == (8, 8, 3)
+            for image, label in zip(images.numpy(), labels.tolist()):
+                np.testing.assert_array_equal(image, small_image(label))
+            seen += labels.tolist()
+        assert sorted(seen) == list(range(203))
+        assert len(loader) == 13 and images.shape[0] == 203 - 12 * 16  # a partial last batch
+
+
+def test_every_basic_field_through_its_default_pipeline(tmp_path):
+    path = write(tmp_path / "mixed.beton", MIXED_FIELDS, [mixed_sample(i) for i in range(30)], page_size=512)
+    with Loader(path, batch_size=7, num_workers=2) as loader:
+        position = 0
+        for label, score, arr, blob, meta in loader:
+            for k in range(len(label)):
+                expected = mixed_sample(position + k)
+                assert label[k].item() == expected[0] and score[k].item() == expected[1]
+                np.testing.assert_array_equal(arr[k].numpy(), expected[2])
+                assert blob[k] == expected[3] and meta[k] == expected[4]
+            position += len(label)
+        assert position == 30
+
+
+def test_explicit_pipelines_none_drops_and_user_lists_are_not_mutated(image_file):
+    image_pipeline = [NDArrayDecoder(), ToTensor(), ToTorchImage(), Convert(torch.float32)]
+    pipelines = {"image": image_pipeline, "label": None}
+    before = list(image_pipeline)
+    with Loader(image_file, batch_size=10, num_workers=1, pipelines=pipelines) as loader:
+        (images,) = next(iter(loader))
+        assert images.shape == (10, 3, 8, 8) and images.dtype == torch.float32
+        np.testing.assert_array_equal(images[4].permute(1, 2, 0).numpy(), small_image(4))
+    assert image_pipeline == before and pipelines == {"image": image_pipeline, "label": None}
+
+
+def test_one_operation_instance_in_two_pipelines(tmp_path):
+    fields = {"a": beton.fields.NDArrayField(np.uint8, (8, 8, 3)), "b": beton.fields.NDArrayField(np.uint8, (8, 8, 3))}
+    path = write(tmp_path / "two.beton", fields, [(small_image(i), small_image(i + 1)) for i in range(20)])
+    flip = RandomHorizontalFlip(flip_prob=1.0)
+    with Loader(path, batch_size=20, num_workers=1, pipelines={"a": [NDArrayDecoder(), flip, ToTensor()],
+                                                              "b": [NDArrayDecoder(), flip, ToTensor()]}) as loader:
+        a, b = next(iter(loader))
+        np.testing.assert_array_equal(a[3].numpy(), small_image(3)[:, ::-1])
+        np.testing.assert_array_equal(b[3].numpy(), small_image(4)[:, ::-1])
+
+
+def test_indices_select_a_subset_in_order(image_file):
+    with Loader(image_file, batch_size=4, num_workers=2, indices=[9, 3, 200, 7, 7]) as loader:
+        assert labels_of(loader) == [[9, 3, 200, 7], [7]]
+    with pytest.raises(IndexError):
+        Loader(image_file, batch_size=4, indices=[203])
+
+
+def test_drop_last(image_file):
+    with Loader(image_file, batch_size=50, num_workers=2, drop_last=True) as loader:
+        assert len(loader) == 4 and [len(b) for b in labels_of(loader)] == [50] * 4
+
+
+def test_same_seed_same_batches_and_epochs_differ(image_file):
+    def run(seed):
+        with Loader(image_file, batch_size=32, num_workers=2, order=OrderOption.RANDOM, seed=seed) as loader:
+            return [labels_of(loader) for _ in range(2)]
+
+    first, again = run(5), run(5)
+    assert first == again and first[0] != first[1] and run(6) != first
+
+
+def test_seed_none_is_drawn_and_recorded(image_file):
+    with Loader(image_file, batch_size=32, order=OrderOption.RANDOM) as loader:
+        assert isinstance(loader.state_dict()["seed"], int)
+
+
+@pytest.mark.parametrize("order", list(OrderOption))
+@pytest.mark.parametrize("midpoint", [0, 1, 5, 12])
+def test_resume_yields_exactly_the_remaining_batches(image_file, order, midpoint):
+    def make_loader():
+        return Loader(image_file, batch_size=16, num_workers=2, order=order, seed=11)
+
+    with make_loader() as reference:
+        labels_of(reference)  # epoch 0
+        expected = labels_of(reference)  # epoch 1, uninterrupted
+        expected_next_epoch = labels_of(reference)
+    with make_loader() as interrupted:
+        labels_of(interrupted)
+        iterator = iter(interrupted)
+        for _ in range(midpoint):
+            next(iterator)
+        state = interrupted.state_dict()
+    assert state["epoch"] == 1 and state["position"] == midpoint
+    with make_loader() as resumed:
+        resumed.load_state_dict(state)
+        assert labels_of(resumed) == expected[midpoint:]
+        assert labels_of(resumed) == expected_next_epoch
+
+
+def test_batches_share_slot_memory_unless_copy(image_file):
+    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1) as loader:
+        batches = [labels for _, labels in loader]
+        assert any(batch.tolist() != list(range(16 * k, 16 * k + len(batch))) for k, batch in enumerate(batches))
+    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1, copy=True) as loader:
+        batches = [labels.tolist() for _, labels in loader]
+        kept = [labels for _, labels in loader]
+        assert [b.tolist() for b in kept] == batches == [list(range(16 * k, min(203, 16 * k + 16))) for k in range(13)]
+
+
+def test_pipeline_errors_are_clear(image_file):
+    with pytest.raises(PipelineError, match="decodes IntField"):
+        Loader(image_file, batch_size=4, pipelines={"image": [IntDecoder()]})
+    with pytest.raises(PipelineError, match="must start with a decoder"):
+        Loader(image_file, batch_size=4, pipelines={"image": [ToTensor()]})
+    with pytest.raises(PipelineError, match="numpy HxWxC images"):
+        Loader(image_file, batch_size=4, pipelines={"label": [IntDecoder(), RandomHorizontalFlip()]})
+    with pytest.raises(PipelineError, match="does not have"):
+        Loader(image_file, batch_size=4, pipelines={"nope": [IntDecoder()]})
+    with pytest.raises(PipelineError, match="torch batch"):
+        Loader(image_file, batch_size=4, pipelines={"label": [IntDecoder(), Squeeze()]})
+
+
+def test_explain_shows_stages_and_generated_source(image_file):
+    with Loader(image_file, batch_size=4, pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(),
+                                                                ToTensor()]}) as loader:
+        text = loader.explain()
+    assert "jit (disk-cached)" in text and "def stage(start, end, samples" in text
+    assert "RandomHorizontalFlip" in text and "IntDecoder" in text
+
+
+def test_two_loaders_iterated_concurrently_from_two_threads(image_file):
+    results = {}
+
+    def consume(name, order):
+        with Loader(image_file, batch_size=8, num_workers=2, order=order, seed=1) as loader:
+            results[name] = [(images.numpy().copy(), labels.tolist()) for images, labels in loader]
+
+    threads = [threading.Thread(target=consume, args=(name, order))
+               for name, order in (("a", OrderOption.RANDOM), ("b", OrderOption.SEQUENTIAL))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in "ab":
+        assert sorted(sum((labels for _, labels in results[name]), [])) == list(range(203))
+        for images, labels in results[name]:
+            for image, label in zip(images, labels):
+                np.testing.assert_array_equal(image, small_image(label))
+
+
+def test_bytes_and_json_decoders_keep_exact_lengths(tmp_path):
+    fields = {"b": beton.fields.BytesField(), "j": beton.fields.JSONField()}
+    samples = [(b"\0" * n, {"n": n}) for n in (0, 1, 300, 2000, 5)]
+    path = write(tmp_path / "bj.beton", fields, samples, page_size=256)
+    for os_cache in (True, False):
+        with Loader(path, batch_size=3, num_workers=2, os_cache=os_cache,
+                    pipelines={"b": [BytesDecoder()], "j": [JSONDecoder()]}) as loader:
+            got = [pair for b, j in loader for pair in zip(b, j)]
+        assert got == samples

@@ -1,0 +1,80 @@
+"""Orders: permutations, determinism, sharding and QUASI_RANDOM's page bounds, over seeds x epochs x ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beton.order import ORDERS, OrderContext, OrderOption, QuasiRandomOrder, RandomOrder, SequentialOrder, shard
+from beton.order.quasi_random import expected_uniform_pages
+
+PAGES = np.repeat(np.arange(40), 25)  # 1,000 samples, 25 per page
+CONTEXT = OrderContext(PAGES, batch_size=50)
+ALL_ORDERS = [SequentialOrder(), RandomOrder(), QuasiRandomOrder(), QuasiRandomOrder(window_pages=3)]
+
+
+@pytest.mark.parametrize("order", ALL_ORDERS, ids=repr)
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+@pytest.mark.parametrize("epoch", [0, 1, 7])
+def test_every_index_once_and_deterministic(order, seed, epoch):
+    indices = np.arange(3, 1000, 2)
+    permutation = order.permutation(indices, seed, epoch, CONTEXT)
+    assert sorted(permutation.tolist()) == indices.tolist()
+    assert np.array_equal(permutation, order.permutation(indices, seed, epoch, CONTEXT))
+
+
+@pytest.mark.parametrize("order", ALL_ORDERS[1:], ids=repr)
+def test_random_orders_change_with_seed_and_epoch(order):
+    indices = np.arange(1000)
+    base = order.permutation(indices, 0, 0, CONTEXT)
+    assert not np.array_equal(base, order.permutation(indices, 1, 0, CONTEXT))
+    assert not np.array_equal(base, order.permutation(indices, 0, 1, CONTEXT))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("length", [0, 1, 12, 13])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shards_have_equal_sizes_and_cover_the_order(world_size, length, drop_last):
+    order = np.arange(100, 100 + length)
+    parts = [shard(order, rank, world_size, drop_last) for rank in range(world_size)]
+    assert len({len(part) for part in parts}) == 1
+    joined = np.concatenate(parts)
+    if drop_last:
+        assert np.array_equal(joined, order[: len(joined)]) and len(order) - len(joined) < world_size
+    else:
+        assert set(joined.tolist()) == set(order.tolist())
+        assert len(joined) - len(order) < world_size  # only the padding repeats
+        if length % world_size == 0:
+            assert np.array_equal(joined, order)  # an exact partition
+
+
+def pages_per_batch(permutation, batch_size):
+    return [len(np.unique(PAGES[permutation[b : b + batch_size]])) for b in range(0, len(permutation), batch_size)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quasi_random_mixes_pages_and_stays_in_its_window(seed):
+    """Measure: mean distinct pages per batch, QUASI_RANDOM (default window) vs a uniform shuffle."""
+    indices = np.arange(1000)
+    uniform = np.mean(pages_per_batch(RandomOrder().permutation(indices, seed, 0, CONTEXT), 50))
+    quasi = pages_per_batch(QuasiRandomOrder().permutation(indices, seed, 0, CONTEXT), 50)
+    assert np.mean(quasi) >= 0.5 * uniform
+    window = expected_uniform_pages(PAGES, 50)
+    assert max(quasi) <= 2 * window
+    small = pages_per_batch(QuasiRandomOrder(window_pages=3).permutation(indices, seed, 0, CONTEXT), 50)
+    assert max(small) <= 2 * 3
+
+
+def test_quasi_random_uses_each_page_in_one_contiguous_run_of_batches():
+    permutation = QuasiRandomOrder(window_pages=4).permutation(np.arange(1000), 3, 2, CONTEXT)
+    batch_of_position = np.arange(1000) // 50
+    for page in range(40):
+        batches = np.unique(batch_of_position[np.isin(permutation, np.flatnonzero(PAGES == page))])
+        # the batches that use a page span at most its window (4 pages * 25 samples) plus a boundary batch
+        assert batches.max() - batches.min() <= 4 * 25 // 50 + 1
+
+
+def test_orders_are_picked_from_the_mapping():
+    assert set(ORDERS) == set(OrderOption)
+    with pytest.raises(ValueError):
+        QuasiRandomOrder(window_pages=0)

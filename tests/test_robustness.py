@@ -1,0 +1,108 @@
+"""Failures reach the training loop fast and intact; threads and memory never leak."""
+
+from __future__ import annotations
+
+import gc
+import resource
+import threading
+import time
+
+import pytest
+import torch
+
+from beton import Loader, OrderOption
+from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.transforms import ToTensor
+
+from jit_ops import FailOnSample, TorchFailOnSample
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_compiled_operation_raising_reaches_the_loop_with_its_sample(image_file, num_workers):
+    pipelines = {"image": [NDArrayDecoder(), FailOnSample(bad_sample=77), ToTensor()]}
+    with Loader(image_file, batch_size=16, num_workers=num_workers, pipelines=pipelines,
+                order=OrderOption.RANDOM, seed=0) as loader:
+        start = time.monotonic()
+        with pytest.raises(ValueError, match="cursed") as caught:
+            for _ in loader:
+                pass
+        assert time.monotonic() - start < 1.0
+    notes = "\n".join(caught.value.__notes__)
+    assert "sample 77" in notes and "FailOnSample" in notes and "'image'" in notes
+
+
+def test_a_torch_operation_raising_reaches_the_loop(image_file):
+    pipelines = {"label": [IntDecoder(), ToTensor(), TorchFailOnSample(bad_sample=150, max_sleep=0.01)]}
+    with Loader(image_file, batch_size=16, num_workers=2, pipelines=pipelines) as loader:
+        delivered = []
+        with pytest.raises(KeyError, match="150 rejected") as caught:
+            for _, labels in loader:
+                delivered += labels.tolist()
+    assert delivered == list(range(144))  # every batch before the failing one, in order
+    assert "TorchFailOnSample" in "\n".join(caught.value.__notes__)
+
+
+def beton_threads():
+    return sum(thread.name.startswith("beton-") for thread in threading.enumerate())
+
+
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+def test_abandoned_iterators_leave_no_threads_or_memory(image_file, os_cache):
+    baseline = threading.active_count()
+    pipelines = {"label": [IntDecoder(), ToTensor(), TorchFailOnSample(bad_sample=-1, max_sleep=0.002)]}
+    loader = Loader(image_file, batch_size=8, num_workers=2, os_cache=os_cache, pipelines=pipelines,
+                    order=OrderOption.RANDOM, seed=1)
+    for _ in range(20):  # warm up allocators before measuring
+        next(iter(loader))
+    rss_before = rss_mib()
+    for round_number in range(200):
+        iterator = iter(loader)
+        for _ in range(round_number % 4):
+            next(iterator)
+        if round_number % 3 == 0:
+            for _ in iterator:  # some run to the end, some are broken off
+                break
+        del iterator
+    gc.collect()
+    assert threading.active_count() <= baseline + (1 if not os_cache else 0)  # the page reader of the live epoch
+    assert rss_mib() - rss_before < 50
+    loader.close()
+    assert beton_threads() == 0 and threading.active_count() <= baseline
+
+
+def test_garbage_collecting_a_loader_mid_epoch_stops_its_threads(image_file):
+    baseline = threading.active_count()
+    loader = Loader(image_file, batch_size=8, num_workers=2)
+    iterator = iter(loader)
+    next(iterator)
+    del loader, iterator
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while beton_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert beton_threads() == 0 and threading.active_count() <= baseline
+
+
+def test_a_new_epoch_closes_the_previous_iterator(image_file):
+    with Loader(image_file, batch_size=8, num_workers=2) as loader:
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        with pytest.raises(StopIteration):
+            next(first)
+        assert next(second)[1].tolist() == list(range(8))
+
+
+def test_break_then_reiterate_starts_the_next_epoch(image_file):
+    with Loader(image_file, batch_size=8, num_workers=2, order=OrderOption.RANDOM, seed=4) as loader:
+        for _ in loader:
+            assert loader.state_dict() == {"seed": 4, "epoch": 0, "position": 1}  # checkpoint inside the loop
+            break
+        assert loader.state_dict() == {"seed": 4, "epoch": 1, "position": 0}  # the broken-off epoch is over
+        labels = [batch[1].clone() for batch in loader]  # batches are only valid until the next one
+        assert torch.cat(labels).sort().values.tolist() == list(range(203))
+        assert loader.state_dict() == {"seed": 4, "epoch": 2, "position": 0}
