@@ -17,6 +17,7 @@ from beton.errors import DecodeError, PipelineError
 from beton.fields.bytes import BytesField, JSONField
 from beton.fields.ndarray import NDArrayField, TorchTensorField
 from beton.fields.scalar import FloatField, IntField
+from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, SourceState, State
 
 __all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
@@ -39,10 +40,7 @@ def _scalar_kernel(src, dst, i, sample, key, args):
 
 @numba.njit(nogil=True, cache=True)
 def _copy_payload_kernel(src, dst, i, sample, key, args):
-    memory, offsets, sizes = src[1], src[2], src[3]
-    out = dst[i].reshape(-1).view(np.uint8)
-    start = offsets[i]
-    out[:] = memory[start : start + sizes[i]]
+    copy_bytes(dst[i], src[1], src[2][i], src[3][i])  # memory, offsets, sizes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,7 @@ class Loader:
         quasi_random_window: pages per QUASI_RANDOM window (default: see :mod:`beton.order.quasi_random`).
         process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
         kernel_cache_dir: where generated stages and numba's compiled code are kept.
+        fuse_stages: False compiles each operation separately (slower; for measuring what fusion gains).
         recompile: accepted for FFCV compatibility; unnecessary here, since shapes are fixed at construction.
     """
 
@@ -73,6 +74,7 @@ class Loader:
         quasi_random_window: int | None = None,
         process_cache_pages: int | None = None,
         kernel_cache_dir: str | None = None,
+        fuse_stages: bool = True,
         recompile: bool = False,
     ) -> None:
         if batch_size < 1:
@@ -91,7 +93,7 @@ class Loader:
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size)
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 1
         self.plan: Plan = build_plan(resolve_pipelines(self.reader.fields, pipelines),
-                                     kernel_cache_dir or default_cache_dir())
+                                     kernel_cache_dir or default_cache_dir(), fuse_stages)
         self._columns = [self.reader.descriptors[name].payload_column for name in self.plan.field_names]
         self._metadata = [metadata_column(self.reader, name) for name in self.plan.field_names]
         self._kernel_arguments = {

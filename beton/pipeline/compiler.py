@@ -102,15 +102,18 @@ class Plan:
 
 
 def build_plan(
-    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str
+    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str, fuse: bool = True
 ) -> Plan:
-    """``outputs``: (output name, field name, field, operations) per output. Returns the compiled plan."""
+    """``outputs``: (output name, field name, field, operations) per output. Returns the compiled plan.
+
+    ``fuse=False`` compiles every jit operation as a stage of its own: only to measure what fusion gains.
+    """
     buffers: list[BufferSpec] = []
     steps = [place_steps(index, name, field_name, field, operations, buffers)
              for index, (name, field_name, field, operations) in enumerate(outputs)]
     stages = [
         compile_stage(group, cache_dir) if group[0].kind == "jit" else Stage(group[0].kind, tuple(group))
-        for group in group_stages(steps)
+        for group in group_stages(steps, fuse)
     ]
     return Plan(
         output_names=tuple(name for name, *_ in outputs),
@@ -155,8 +158,10 @@ def _buffer_for(operation: Operation, previous: Any, state: State, current: int 
     return len(buffers) - 1
 
 
-def group_stages(steps_per_output: Sequence[Sequence[Step]]) -> list[list[Step]]:
+def group_stages(steps_per_output: Sequence[Sequence[Step]], fuse: bool = True) -> list[list[Step]]:
     """Rounds of runs; in each round, every output's run; jit runs of one round fused into one stage."""
+    if not fuse:
+        return [[step] for steps in steps_per_output for step in steps]
     runs_per_output = [_runs(steps) for steps in steps_per_output]
     groups: list[list[Step]] = []
     for round_number in range(max(len(runs) for runs in runs_per_output)):

@@ -1,0 +1,201 @@
+"""Loader engine benchmark: raw 3x32x32 uint8 images + int labels, batch 512, side by side in one run.
+
+    python benchmarks/loader_raw.py [--samples N] [--repeats R] [--quick]
+
+Measures, alternating repetitions and reporting medians:
+* beton Loader (RANDOM, 2 threads, default pipelines) vs a torch DataLoader (2 worker processes, shuffle)
+  over a memory-mapped numpy array of the same data, and vs FFCV 1.0.2 if it is importable;
+* a 4-operation compilable pipeline (decode, two flips, normalize) fused into one stage vs the same
+  operations compiled as separate stages;
+* time from process start to the first batch in a fresh process, cold (empty kernel cache) and warm.
+Images are crops of real photos. Writes benchmarks/results/loader_raw.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import torch
+
+import beton
+from beton import Loader, OrderOption
+from beton.fields import IntField, NDArrayField
+from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.sample_photos import photo_crop
+from beton.transforms import ToTensor
+from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
+from beton.transforms.normalize import NormalizeImage
+
+BATCH_SIZE = 512
+WORKERS = 2
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loader_raw.json")
+
+
+def make_arrays(count: int) -> tuple[np.ndarray, np.ndarray]:
+    tiles = np.stack([photo_crop(i, 32, 32) for i in range(min(count, 2000))])  # HWC crops of real photos
+    images = np.ascontiguousarray(tiles[np.arange(count) % len(tiles)].transpose(0, 3, 1, 2))
+    return images, (np.arange(count) % 10).astype(np.int64)
+
+
+class ArrayDataset:
+    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        return self.images[index], int(self.labels[index])
+
+
+class MemmapDataset(torch.utils.data.Dataset):
+    """What a careful torch user writes: a memory-mapped array, one sample per __getitem__."""
+
+    def __init__(self, image_path: str, labels: np.ndarray, shape: tuple[int, ...]) -> None:
+        self.image_path, self.labels, self.shape = image_path, labels, shape
+        self.images = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.images is None:  # opened in each worker process
+            self.images = np.load(self.image_path, mmap_mode="r")
+        return torch.from_numpy(np.array(self.images[index])), int(self.labels[index])
+
+
+def epoch_seconds(iterable) -> tuple[float, int]:
+    start = time.perf_counter()
+    count = sum(len(batch[1]) for batch in iterable)
+    return time.perf_counter() - start, count
+
+
+def run_alternating(contenders: dict, repeats: int) -> dict[str, float]:
+    """Warm each contender up once, then alternate epochs; samples/s from the median epoch."""
+    timings: dict[str, list[float]] = {name: [] for name in contenders}
+    counts = {}
+    for name, iterable in contenders.items():
+        _, counts[name] = epoch_seconds(iterable)
+    for _ in range(repeats):
+        for name, iterable in contenders.items():
+            seconds, _ = epoch_seconds(iterable)
+            timings[name].append(seconds)
+    return {name: counts[name] / statistics.median(values) for name, values in timings.items()}
+
+
+def ffcv_contender(images: np.ndarray, labels: np.ndarray, directory: str):
+    try:
+        from ffcv.fields import IntField as FFCVInt, NDArrayField as FFCVArray
+        from ffcv.fields.decoders import IntDecoder as FFCVIntDecoder, NDArrayDecoder as FFCVArrayDecoder
+        from ffcv.loader import Loader as FFCVLoader, OrderOption as FFCVOrder
+        from ffcv.transforms import ToTensor as FFCVToTensor
+        from ffcv.writer import DatasetWriter as FFCVWriter
+    except ImportError as error:
+        print(f"FFCV skipped: {error}")
+        return None
+    path = os.path.join(directory, "ffcv.beton")
+    FFCVWriter(path, {"image": FFCVArray(np.dtype("uint8"), (3, 32, 32)), "label": FFCVInt()},
+               num_workers=WORKERS).from_indexed_dataset(ArrayDataset(images, labels))
+    return FFCVLoader(path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=FFCVOrder.RANDOM, os_cache=True,
+                      pipelines={"image": [FFCVArrayDecoder(), FFCVToTensor()],
+                                 "label": [FFCVIntDecoder(), FFCVToTensor()]})
+
+
+FIRST_BATCH_SCRIPT = textwrap.dedent("""
+    import time, sys
+    start = time.perf_counter()
+    from beton import Loader
+    from beton.fields.decoders import NDArrayDecoder
+    from beton.transforms import ToTensor
+    from beton.transforms.flip import RandomHorizontalFlip
+    imported = time.perf_counter()
+    loader = Loader(sys.argv[1], batch_size=512, num_workers=2, kernel_cache_dir=sys.argv[2],
+                    pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor()]})
+    next(iter(loader))
+    done = time.perf_counter()
+    print(done - start, done - imported)
+""")
+
+
+def first_batch_seconds(path: str, cache_dir: str) -> tuple[float, float]:
+    run = subprocess.run([sys.executable, "-c", FIRST_BATCH_SCRIPT, path, cache_dir], capture_output=True,
+                         text=True, check=True)
+    total, after_import = map(float, run.stdout.split())
+    return total, after_import
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="10,000 samples, 3 repeats")
+    arguments = parser.parse_args()
+    samples = 10_000 if arguments.quick else arguments.samples
+    images, labels = make_arrays(samples)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "raw.beton")
+        beton.DatasetWriter(path, {"image": NDArrayField(np.uint8, (3, 32, 32)), "label": IntField()},
+                            num_workers=WORKERS, progress=False).from_indexed_dataset(ArrayDataset(images, labels))
+        npy = os.path.join(directory, "images.npy")
+        np.save(npy, images)
+        contenders = {
+            "beton": Loader(path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM, seed=0),
+            "torch DataLoader": torch.utils.data.DataLoader(
+                MemmapDataset(npy, labels, images.shape[1:]), batch_size=BATCH_SIZE, shuffle=True,
+                num_workers=WORKERS, persistent_workers=True),
+        }
+        ffcv = ffcv_contender(images, labels, directory)
+        if ffcv is not None:
+            contenders["FFCV 1.0.2"] = ffcv
+        throughput = run_alternating(contenders, arguments.repeats)
+
+        hwc_path = os.path.join(directory, "hwc.beton")
+        beton.DatasetWriter(hwc_path, {"image": NDArrayField(np.uint8, (32, 32, 3)), "label": IntField()},
+                            num_workers=WORKERS, progress=False).from_indexed_dataset(
+            ArrayDataset(np.ascontiguousarray(images.transpose(0, 2, 3, 1)), labels))
+        four_ops = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), RandomVerticalFlip(),
+                              NormalizeImage([125.0, 123.0, 114.0], [63.0, 62.0, 66.0]), ToTensor()],
+                    "label": [IntDecoder(), ToTensor()]}
+        fusion = run_alternating({
+            "fused": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,
+                            seed=0, pipelines=four_ops),
+            "separate": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,
+                               seed=0, pipelines=four_ops, fuse_stages=False),
+        }, arguments.repeats)
+
+        cold_cache = os.path.join(directory, "cold-kernels")
+        cold = first_batch_seconds(path, cold_cache)
+        warm = first_batch_seconds(path, cold_cache)
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "samples": samples,
+        "batch_size": BATCH_SIZE,
+        "samples_per_s": {name: round(value) for name, value in throughput.items()},
+        "ratios_vs_beton": {name: round(throughput["beton"] / value, 2) for name, value in throughput.items()},
+        "fusion_samples_per_s": {name: round(value) for name, value in fusion.items()},
+        "fused_over_separate": round(fusion["fused"] / fusion["separate"], 2),
+        "first_batch_s": {"cold_total": round(cold[0], 2), "cold_after_import": round(cold[1], 2),
+                          "warm_total": round(warm[0], 2), "warm_after_import": round(warm[1], 2)},
+    }
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as file:
+        json.dump(result, file, indent=2)
+    print(json.dumps(result, indent=2))
+    print("\n| loader | samples/s | beton is ×faster |\n|---|---|---|")
+    for name, value in throughput.items():
+        print(f"| {name} | {value:,.0f} | {throughput['beton'] / value:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

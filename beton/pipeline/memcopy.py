@@ -1,0 +1,41 @@
+"""A bounds-checked memcpy for compiled kernels.
+
+numba's slice assignment (``out[:] = memory[a:b]``) copies element by element through an aliasing check and
+measured 12x slower than memcpy on 3 KB rows; a ctypes memcpy cannot be disk-cached (numba refuses functions
+with ctypes pointers). This intrinsic emits LLVM's own memcpy, which caches like any other code.
+"""
+
+from __future__ import annotations
+
+import numba
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["copy_bytes"]
+
+
+@intrinsic
+def _memcpy(typingctx, destination, source, count):
+    signature = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        destination_address, source_address, size = args
+        cgutils.raw_memcpy(builder, builder.inttoptr(destination_address, cgutils.voidptr_t),
+                           builder.inttoptr(source_address, cgutils.voidptr_t), size, 1)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def copy_bytes(destination, source, start, count):
+    """Copy ``count`` bytes of the 1-D uint8 array ``source`` from ``start`` into C-contiguous ``destination``.
+
+    Raises ValueError instead of writing out of bounds when the sizes do not fit.
+    """
+    if count != destination.nbytes:
+        raise ValueError("stored payload size does not match the field's dtype and shape")
+    if start < 0 or start + count > source.size:
+        raise ValueError("payload lies outside the readable memory")
+    _memcpy(destination.ctypes.data, source.ctypes.data + start, count)
