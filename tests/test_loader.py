@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import beton
+import beton.order
 from beton import Loader, OrderOption
 from beton.errors import PipelineError
 from beton.fields.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder
@@ -181,3 +182,28 @@ def test_bytes_and_json_decoders_keep_exact_lengths(tmp_path):
                     pipelines={"b": [BytesDecoder()], "j": [JSONDecoder()]}) as loader:
             got = [pair for b, j in loader for pair in zip(b, j)]
         assert got == samples
+
+
+class EvensThenOdds(beton.order.Order):
+    """A user-defined order: even indices first, then odd ones, reversed on odd epochs."""
+
+    def permutation(self, indices, seed, epoch, context):
+        ordered = np.concatenate([indices[indices % 2 == 0], indices[indices % 2 == 1]])
+        return ordered[::-1] if epoch % 2 else ordered
+
+
+def test_a_user_defined_order(image_file):
+    with Loader(image_file, batch_size=50, num_workers=2, order=EvensThenOdds(), indices=range(10)) as loader:
+        assert labels_of(loader) == [[0, 2, 4, 6, 8, 1, 3, 5, 7, 9]]
+        assert labels_of(loader) == [[9, 7, 5, 3, 1, 8, 6, 4, 2, 0]]
+
+
+def test_custom_fields_reach_the_loader(tmp_path):
+    from test_reader import make_local_field
+
+    Celsius = make_local_field()
+    path = write(tmp_path / "t.beton", {"temp": Celsius(), "n": beton.fields.IntField()}, [(21.5, 1), (-4.0, 2)])
+    with pytest.raises(PipelineError, match="custom_fields"):
+        Loader(path, batch_size=2)
+    with Loader(path, batch_size=2, custom_fields={"temp": Celsius}, pipelines={"temp": None}) as loader:
+        assert [n.tolist() for (n,) in loader] == [[1, 2]]

@@ -106,3 +106,37 @@ def test_break_then_reiterate_starts_the_next_epoch(image_file):
         labels = [batch[1].clone() for batch in loader]  # batches are only valid until the next one
         assert torch.cat(labels).sort().values.tolist() == list(range(203))
         assert loader.state_dict() == {"seed": 4, "epoch": 2, "position": 0}
+
+
+def test_a_forged_payload_size_is_an_error_not_an_overflow(image_file, tmp_path):
+    """Checksums can be recomputed by a buggy tool: the kernels still must not write past a buffer."""
+    import zlib
+
+    import numpy as np
+
+    from beton import format as fmt
+    from beton._file_builder import header_bytes
+
+    content = bytearray(image_file.read_bytes())
+    header = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()[0]
+    start, size = int(header["allocation_table"]["offset"]), int(header["allocation_table"]["size"])
+    table = np.frombuffer(bytes(content[start : start + size]), fmt.ALLOCATION_DTYPE).copy()
+    table[5]["size"] = 4000  # larger than the 192-byte image buffer, still inside the heap
+    content[start : start + size] = table.tobytes()
+    header["allocation_table"]["crc32"] = zlib.crc32(table.tobytes())
+    content[: fmt.HEADER_SIZE] = header_bytes(header)
+    forged = tmp_path / "forged.beton"
+    forged.write_bytes(bytes(content))
+    for os_cache in (True, False):
+        with Loader(forged, batch_size=8, num_workers=2, os_cache=os_cache) as loader:
+            with pytest.raises(ValueError, match="payload size does not match") as caught:
+                for _ in loader:
+                    pass
+        assert "sample 5" in "\n".join(caught.value.__notes__)
+
+
+def test_the_threading_layer_is_chosen_explicitly(image_file):
+    import numba
+
+    with Loader(image_file, batch_size=8, num_workers=1):
+        assert numba.config.THREADING_LAYER != "default"

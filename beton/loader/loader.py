@@ -21,6 +21,7 @@ from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.random import operation_key
 from beton.pipeline.spec import resolve_pipelines
+from beton.pipeline.threading_layer import ensure_thread_safe_layer
 from beton.reader import Reader
 
 __all__ = ["Loader"]
@@ -81,6 +82,7 @@ class Loader:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if batches_ahead < 1:
             raise ValueError(f"batches_ahead must be at least 1, got {batches_ahead}")
+        ensure_thread_safe_layer()
         self.reader = Reader(path, custom_fields=custom_fields)
         self.batch_size = batch_size
         self.num_workers = _resolve_workers(num_workers)
