@@ -3,6 +3,7 @@
 from beton.fields.base import Encoded, EncodeContext, Field, UnknownField
 from beton.fields.bytes import BytesField, JSONField
 from beton.fields.ndarray import NDArrayField, TorchTensorField
+from beton.fields.rgb_image import RGBImageField
 from beton.fields.scalar import FloatField, IntField
 
 __all__ = [
@@ -16,11 +17,12 @@ __all__ = [
     "TorchTensorField",
     "BytesField",
     "JSONField",
+    "RGBImageField",
     "BUILTIN_FIELDS",
 ]
 
 #: Stored type name -> class, for the fields beton ships.
 BUILTIN_FIELDS: dict[str, type[Field]] = {
     cls.type_name: cls
-    for cls in (IntField, FloatField, NDArrayField, TorchTensorField, BytesField, JSONField)
+    for cls in (IntField, FloatField, NDArrayField, TorchTensorField, BytesField, JSONField, RGBImageField)
 }

@@ -20,7 +20,8 @@ from beton.fields.scalar import FloatField, IntField
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, SourceState, State
 
-__all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
+__all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder",
+           "SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder"]
 
 
 def _require_field(operation: Any, previous: Any, *field_types: type) -> SourceState:
@@ -133,3 +134,11 @@ class JSONDecoder(BatchOperation):
                 failure.sample = int(context.samples[i])
                 raise failure from None
         return values
+
+
+# Image decoders live in their own module; re-exported here so that every decoder has one import path.
+from beton.fields.rgb_image_decoders import (  # noqa: E402
+    CenterCropRGBImageDecoder,
+    RandomResizedCropRGBImageDecoder,
+    SimpleRGBImageDecoder,
+)

@@ -19,6 +19,7 @@ from beton.memory.process_cache import ProcessCache
 from beton.order import ORDERS, Order, OrderContext, OrderOption, QuasiRandomOrder, shard
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
+from beton.pipeline.operation import Scratch
 from beton.pipeline.random import operation_key
 from beton.pipeline.spec import resolve_pipelines
 from beton.pipeline.threading_layer import ensure_thread_safe_layer
@@ -94,10 +95,11 @@ class Loader:
         self.order = _resolve_order(order, quasi_random_window)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size)
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 1
-        self.plan: Plan = build_plan(resolve_pipelines(self.reader.fields, pipelines),
-                                     kernel_cache_dir or default_cache_dir(), fuse_stages)
+        outputs = resolve_pipelines(self.reader.fields, pipelines)
+        columns = {field_name: metadata_column(self.reader, field_name) for _, field_name, _, _ in outputs}
+        self.plan: Plan = build_plan(outputs, kernel_cache_dir or default_cache_dir(), fuse_stages, columns)
         self._columns = [self.reader.descriptors[name].payload_column for name in self.plan.field_names]
-        self._metadata = [metadata_column(self.reader, name) for name in self.plan.field_names]
+        self._metadata = [columns[name] for name in self.plan.field_names]
         self._kernel_arguments = {
             (step.output, step.position): step.operation.kernel_arguments(step.input_state)
             for stage in self.plan.stages if stage.kind == "jit" for step in stage.steps
@@ -106,6 +108,7 @@ class Loader:
             [np.empty((batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
             for _ in range(self.num_slots)
         ]
+        self._scratch = [Scratch() for _ in range(self.num_slots)]
         self.memory = OSCache(self.reader) if os_cache else ProcessCache(
             self.reader, self.num_slots, process_cache_pages)
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
@@ -151,7 +154,7 @@ class Loader:
     def _make_job(self, local: int, index: int, samples: np.ndarray, epoch: int, keys: dict, slot: int) -> BatchJob:
         sources = [self.memory.source(metadata, column, samples, local, slot)
                    for metadata, column in zip(self._metadata, self._columns)]
-        return BatchJob(index, local, samples, epoch, keys, sources)
+        return BatchJob(index, local, samples, epoch, keys, sources, self.seed, self._scratch[slot])
 
     def _run_job(self, job: BatchJob, slot: int) -> tuple:
         try:

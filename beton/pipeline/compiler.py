@@ -102,14 +102,18 @@ class Plan:
 
 
 def build_plan(
-    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str, fuse: bool = True
+    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str, fuse: bool = True,
+    metadata: dict[str, np.ndarray] | None = None,
 ) -> Plan:
     """``outputs``: (output name, field name, field, operations) per output. Returns the compiled plan.
+
+    ``metadata``: field name -> its data-table column, for decoders that inspect the dataset (image sizes).
 
     ``fuse=False`` compiles every jit operation as a stage of its own: only to measure what fusion gains.
     """
     buffers: list[BufferSpec] = []
-    steps = [place_steps(index, name, field_name, field, operations, buffers)
+    metadata = metadata or {}
+    steps = [place_steps(index, name, SourceState(field, field_name, metadata.get(field_name)), operations, buffers)
              for index, (name, field_name, field, operations) in enumerate(outputs)]
     stages = [
         compile_stage(group, cache_dir) if group[0].kind == "jit" else Stage(group[0].kind, tuple(group))
@@ -125,12 +129,11 @@ def build_plan(
 
 
 def place_steps(
-    output: int, name: str, field_name: str, field: Any, operations: Sequence[Operation],
-    buffers: list[BufferSpec],
+    output: int, name: str, source: SourceState, operations: Sequence[Operation], buffers: list[BufferSpec],
 ) -> list[Step]:
     if not operations or not operations[0].is_decoder:
-        raise PipelineError(f"pipeline {name!r} must start with a decoder for field {field_name!r}")
-    state: State | SourceState = SourceState(field, field_name)
+        raise PipelineError(f"pipeline {name!r} must start with a decoder for field {source.field_name!r}")
+    state: State | SourceState = source
     current_buffer: int | None = None
     steps = []
     for position, operation in enumerate(operations):

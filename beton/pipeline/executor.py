@@ -25,6 +25,8 @@ class BatchJob:
     epoch: int
     keys: dict[tuple[int, int], np.uint64]  # (output, position) -> key
     sources: Sequence[Source]  # per output
+    seed: int = 0
+    scratch: Any = None  # the slot's Scratch
 
 
 def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob) -> tuple:
@@ -40,7 +42,8 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
             continue
         (step,) = stage.steps
         current = values[step.output][:count] if in_buffer[step.output] else values[step.output]
-        context = BatchContext(job.samples, job.epoch, job.keys[step.output, step.position])
+        context = BatchContext(job.samples, job.epoch, job.keys[step.output, step.position], job.index, job.seed,
+                               job.scratch)
         with _locate(plan, step, job, None):
             if stage.kind == "sample":
                 destination = buffers[step.buffer]
@@ -114,6 +117,8 @@ def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], job: Batc
         sample_text = f"sample {int(job.samples[position])}"
         if isinstance(error, BetonError) and error.sample is None:
             error.sample = int(job.samples[position])
+    if isinstance(error, BetonError) and error.field is None and len(steps) == 1:
+        error.field = plan.field_names[steps[0].output]
     error.add_note(f"beton: raised in {where}, on {sample_text} (batch {job.index} of epoch {job.epoch})")
     error._beton_located = True  # one note per error, from the innermost place that knows most
 

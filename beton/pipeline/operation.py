@@ -38,6 +38,7 @@ __all__ = [
     "SampleOperation",
     "BatchOperation",
     "BatchContext",
+    "Scratch",
 ]
 
 
@@ -63,10 +64,11 @@ class State:
 
 @dataclasses.dataclass(frozen=True)
 class SourceState:
-    """The input of a decoder: which stored field it reads."""
+    """The input of a decoder: which stored field it reads, and that field's data-table column (all samples)."""
 
     field: Any  # beton.fields.Field
     field_name: str
+    metadata: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         return f"stored field {self.field_name!r} ({self.field.describe()})"
@@ -97,6 +99,33 @@ class BatchContext:
     samples: np.ndarray  # dataset indices of the batch, int64
     epoch: int
     key: np.uint64  # this operation's random key for this epoch
+    batch: int = 0  # the batch's number in the epoch
+    seed: int = 0
+    scratch: Any = None  # Scratch of the slot: scratch(nbytes) -> a reusable uint8 buffer
+
+    def batch_rng(self, purpose: str) -> np.random.Generator:
+        """A generator shared by every operation of this batch that names the same purpose (e.g. mixup)."""
+        return np.random.default_rng([self.seed, self.epoch, self.batch, _purpose_number(purpose)])
+
+
+def _purpose_number(purpose: str) -> int:
+    return int.from_bytes(purpose.encode("utf-8")[:8].ljust(8, b"\0"), "little")
+
+
+class Scratch:
+    """A grow-only uint8 buffer owned by one batch slot (so by one thread at a time)."""
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0, np.uint8)
+
+    def __call__(self, nbytes: int) -> np.ndarray:
+        if self._buffer.size < nbytes:
+            self._buffer = np.empty(nbytes, np.uint8)
+        return self._buffer[:nbytes]
+
+    @property
+    def nbytes(self) -> int:
+        return self._buffer.size
 
 
 class Operation(abc.ABC):

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from beton.errors import PipelineError
-from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, TorchTensorField
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField, TorchTensorField
 from beton.fields.base import Field, UnknownField
 from beton.fields.decoders import (
     BytesDecoder,
@@ -21,6 +21,7 @@ from beton.fields.decoders import (
     IntDecoder,
     JSONDecoder,
     NDArrayDecoder,
+    SimpleRGBImageDecoder,
     TorchTensorDecoder,
 )
 from beton.pipeline.operation import Operation
@@ -43,6 +44,8 @@ def default_pipeline(field: Field) -> list[Operation]:
         return [BytesDecoder()]
     if isinstance(field, JSONField):
         return [JSONDecoder()]
+    if isinstance(field, RGBImageField):
+        return [SimpleRGBImageDecoder(), ToTensor()]
     default = getattr(field, "default_pipeline", None)
     if callable(default):
         return list(default())

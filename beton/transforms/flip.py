@@ -14,22 +14,36 @@ from beton.pipeline.random import uniform
 __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
 
 
+# Both flips work in place (dst is src): an image that is not flipped costs nothing, and explicit loops
+# avoid the temporary copy numba's negative-stride slice assignment makes.
+
+
 @numba.njit(nogil=True, cache=True)
 def _horizontal_flip_kernel(src, dst, i, sample, key, args):
     (probability,) = args
-    if uniform(key, sample, 0) < probability:
-        dst[i] = src[i, :, ::-1]
-    else:
-        dst[i] = src[i]
+    if uniform(key, sample, 0) >= probability:
+        return
+    image = dst[i]
+    height, width, channels = image.shape
+    for y in range(height):
+        for x in range(width // 2):
+            mirror = width - 1 - x
+            for c in range(channels):
+                image[y, x, c], image[y, mirror, c] = image[y, mirror, c], image[y, x, c]
 
 
 @numba.njit(nogil=True, cache=True)
 def _vertical_flip_kernel(src, dst, i, sample, key, args):
     (probability,) = args
-    if uniform(key, sample, 0) < probability:
-        dst[i] = src[i, ::-1]
-    else:
-        dst[i] = src[i]
+    if uniform(key, sample, 0) >= probability:
+        return
+    image = dst[i]
+    height, width, channels = image.shape
+    for y in range(height // 2):
+        mirror = height - 1 - y
+        for x in range(width):
+            for c in range(channels):
+                image[y, x, c], image[mirror, x, c] = image[mirror, x, c], image[y, x, c]
 
 
 def _image_state(operation: Any, previous: State) -> State:
@@ -47,6 +61,9 @@ class RandomHorizontalFlip(JitOperation):
     def output_state(self, previous: Any) -> State:
         return _image_state(self, previous)
 
+    def in_place(self, previous: State) -> bool:
+        return True
+
     def kernel(self) -> Any:
         return _horizontal_flip_kernel
 
@@ -62,6 +79,9 @@ class RandomVerticalFlip(JitOperation):
 
     def output_state(self, previous: Any) -> State:
         return _image_state(self, previous)
+
+    def in_place(self, previous: State) -> bool:
+        return True
 
     def kernel(self) -> Any:
         return _vertical_flip_kernel

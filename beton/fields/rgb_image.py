@@ -1,0 +1,196 @@
+"""RGBImageField: images stored raw or as JPEG, with their size, channels and mode in the data table.
+
+Write modes:
+
+* ``raw``: the pixels as they are (uint8, or uint16; 1, 3 or 4 channels): no decode cost, most bytes.
+* ``jpg``: JPEG (1 or 3 channels, uint8). JPEG bytes given as input are stored **as they are** when no
+  resize is needed (no generation loss, fast conversion of folders of JPEGs).
+* ``smart``: JPEG when the raw pixels would take more than ``smart_threshold`` bytes, raw otherwise.
+* ``proportion``: JPEG with probability ``compress_probability``, drawn per sample from the writer's seeded
+  generator (so the file does not depend on ``num_workers``).
+
+``max_resolution`` shrinks any image whose longer side is larger, keeping its aspect ratio (INTER_AREA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cv2
+import numpy as np
+import simplejpeg
+
+from beton.errors import DecodeError, EncodeError, FieldError
+from beton.fields.base import Encoded, EncodeContext, Field
+
+__all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image"]
+
+IMAGE_MODES = {"raw": 0, "jpg": 1}
+WRITE_MODES = ("raw", "jpg", "smart", "proportion")
+_DTYPES = {"uint8": np.dtype(np.uint8), "uint16": np.dtype("<u2")}
+_JPEG_COLORSPACES = {1: "GRAY", 3: "RGB"}
+_JPEG_MAGIC = b"\xff\xd8"
+
+
+@dataclasses.dataclass(frozen=True)
+class RGBImageField(Field):
+    """Images of any size; see the module docstring for the write modes.
+
+    Args:
+        write_mode: "raw", "jpg", "smart" or "proportion".
+        max_resolution: longer side limit in pixels (None keeps every image's size).
+        jpeg_quality: 1..100, for images this field encodes.
+        smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
+        compress_probability: chance of JPEG per sample for "proportion".
+        channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
+        dtype: "uint8", or "uint16" (raw only).
+    """
+
+    write_mode: str = "raw"
+    max_resolution: int | None = None
+    jpeg_quality: int = 90
+    smart_threshold: int | None = None
+    compress_probability: float = 0.5
+    channels: int = 3
+    dtype: str = "uint8"
+
+    type_name = "beton.RGBImageField"
+    metadata_dtype = np.dtype([("mode", "u1"), ("channels", "u1"), ("reserved", "<u2"),
+                               ("height", "<u4"), ("width", "<u4")])
+    has_payload = True
+
+    def __post_init__(self) -> None:
+        if self.write_mode not in WRITE_MODES:
+            raise FieldError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
+        if self.dtype not in _DTYPES:
+            raise FieldError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
+        if self.channels not in (1, 3, 4):
+            raise FieldError(f"channels must be 1, 3 or 4, got {self.channels}")
+        if self.write_mode != "raw" and (self.channels == 4 or self.dtype != "uint8"):
+            raise FieldError("JPEG stores 1 or 3 channels of uint8: use write_mode='raw' for "
+                             f"{self.channels} channels of {self.dtype}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise FieldError(f"jpeg_quality must lie in 1..100, got {self.jpeg_quality}")
+        if self.max_resolution is not None and self.max_resolution < 1:
+            raise FieldError(f"max_resolution must be positive, got {self.max_resolution}")
+        if not 0.0 <= self.compress_probability <= 1.0:
+            raise FieldError(f"compress_probability must lie in [0, 1], got {self.compress_probability}")
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return _DTYPES[self.dtype]
+
+    def arguments(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ---- writing ------------------------------------------------------------------------------------------
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        if isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:2]) == _JPEG_MAGIC:
+            stored = self._encode_jpeg_bytes(bytes(value), context)
+            if stored is not None:
+                return stored
+            value = _decode_for_rewrite(bytes(value), self.channels)
+        pixels = self._resized(self._as_pixels(value))
+        if self._wants_jpeg(pixels, context):
+            payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
+                                             colorspace=_JPEG_COLORSPACES[self.channels], colorsubsampling="420")
+            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
+        return Encoded((IMAGE_MODES["raw"], self.channels, 0, pixels.shape[0], pixels.shape[1]), pixels.tobytes())
+
+    def _encode_jpeg_bytes(self, data: bytes, context: EncodeContext) -> Encoded | None:
+        """Store JPEG bytes unchanged if the mode and size allow; None means 'decode and re-encode'."""
+        try:
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError as error:
+            raise EncodeError(f"JPEG bytes cannot be read: {error}") from None
+        keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
+        decodable = colorspace in ("Gray", "YCbCr", "RGB")  # CMYK/YCCK: libjpeg-turbo cannot give RGB
+        raw_size = height * width * self.channels
+        if keeps_size and decodable and self._choose_jpeg(raw_size, context):
+            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), data)
+        return None
+
+    def _as_pixels(self, value: Any) -> np.ndarray:
+        if not isinstance(value, np.ndarray):
+            value = _from_pil(value)
+        if value.dtype != self.numpy_dtype:
+            raise EncodeError(f"expected a {self.dtype} image, got dtype {value.dtype}")
+        if value.ndim == 2:
+            value = value[:, :, None]
+        if value.ndim != 3 or value.shape[0] == 0 or value.shape[1] == 0:
+            raise EncodeError(f"expected an HxWxC image, got shape {value.shape}")
+        if value.shape[2] == 1 and self.channels == 3:
+            value = np.repeat(value, 3, axis=2)  # grayscale in an RGB field
+        if value.shape[2] != self.channels:
+            raise EncodeError(f"expected {self.channels} channels, got an image of shape {value.shape}")
+        return np.ascontiguousarray(value)
+
+    def _resized(self, pixels: np.ndarray) -> np.ndarray:
+        height, width = pixels.shape[:2]
+        if self.max_resolution is None or max(height, width) <= self.max_resolution:
+            return pixels
+        scale = self.max_resolution / max(height, width)
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        resized = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
+        return resized.reshape(size[1], size[0], self.channels)
+
+    def _wants_jpeg(self, pixels: np.ndarray, context: EncodeContext) -> bool:
+        if self.write_mode == "raw":
+            return False
+        return self._choose_jpeg(pixels.nbytes, context)
+
+    def _choose_jpeg(self, raw_size: int, context: EncodeContext) -> bool:
+        if self.write_mode == "raw":
+            return False
+        if self.write_mode == "smart":
+            return self.smart_threshold is None or raw_size > self.smart_threshold
+        if self.write_mode == "proportion":
+            return bool(context.rng().random() < self.compress_probability)
+        return True
+
+    # ---- reading ------------------------------------------------------------------------------------------
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
+        return decode_stored_image(metadata, payload, self.numpy_dtype)
+
+
+def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """One stored image at full size, HxWxC (a new array)."""
+    height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
+    if metadata["mode"] == IMAGE_MODES["raw"]:
+        expected = height * width * channels * dtype.itemsize
+        if payload.size != expected:
+            raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
+        return np.array(payload.view(dtype).reshape(height, width, channels))
+    try:
+        image = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels])
+    except ValueError as error:
+        raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+    if image.shape[:2] != (height, width):
+        raise DecodeError(f"JPEG is {image.shape[1]}x{image.shape[0]}, metadata says {width}x{height}")
+    return image.reshape(height, width, channels)
+
+
+def _from_pil(value: Any) -> np.ndarray:
+    modes = {"L": None, "RGB": None, "RGBA": None, "I;16": "<u2"}
+    mode = getattr(value, "mode", None)
+    if mode is None:
+        raise EncodeError(f"expected an image (numpy array, PIL image or JPEG bytes), got {type(value).__name__}")
+    if mode not in modes:
+        value = value.convert("RGB")
+    array = np.asarray(value)
+    return array.astype(modes[value.mode]) if modes.get(value.mode) else array
+
+
+def _decode_for_rewrite(data: bytes, channels: int) -> np.ndarray:
+    """Decode JPEG bytes that cannot be stored as they are (resize needed, raw mode, CMYK)."""
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace=_JPEG_COLORSPACES.get(channels, "RGB"))
+    except ValueError:
+        flag = cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), flag)  # handles CMYK/YCCK JPEGs
+        if image is None:
+            raise EncodeError("JPEG bytes cannot be decoded") from None
+        return image if channels == 1 else cv2.cvtColor(image, cv2.COLOR_BGR2RGB)

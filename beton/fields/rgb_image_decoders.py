@@ -1,0 +1,191 @@
+"""Image decoders: JPEG decoded at the smallest sufficient DCT scale, cropped and resized into the batch.
+
+JPEG decoding runs in libjpeg-turbo through simplejpeg, which releases the GIL; numba cannot call it, so these
+decoders are :class:`~beton.pipeline.operation.SampleOperation` s run by the worker threads.
+
+Speed comes from not doing work: when the crop, shrunk by 1/2, 1/4 or 1/8, is still 1.25x the output size,
+the JPEG is decoded at that scale in the DCT domain (several times cheaper than a full decode), and the
+remaining resize is mostly below 2x, where bilinear interpolation is about as good as area averaging at an
+eighth of its cost (see ``benchmarks/image_quality.py`` for the measurement). Decoding writes into a
+per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory is bounded by the batch,
+not by the largest image in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import cv2
+import numpy as np
+import simplejpeg
+
+from beton.errors import DecodeError, PipelineError
+from beton.fields.image_crops import center_crop, random_resized_crop
+from beton.fields.rgb_image import _JPEG_COLORSPACES, IMAGE_MODES, RGBImageField
+from beton.pipeline.operation import BatchContext, SampleOperation, Source, SourceState, State
+
+__all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder",
+           "choose_dct_factor"]
+
+_DCT_FACTORS = (8, 4, 2, 1)
+# Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost (~8x).
+# Measured by benchmarks/image_quality.py: below it, bilinear after a DCT-scaled decode matches or beats
+# full decode + INTER_AREA against an antialiased float reference at ~256 px, at half the cost.
+_AREA_ABOVE_SHRINK = 3.0
+# Decode at 1/f only if the crop stays >= 1.25x the output: scaling the DCT right down to the output size
+# lost up to 4 dB on high-frequency photos (26 dB vs full decode + INTER_AREA), at no measurable gain in speed.
+_DCT_MARGIN = 1.25
+_JPEG = IMAGE_MODES["jpg"]
+
+
+@functools.cache
+def _single_threaded_opencv() -> None:
+    # The worker threads are the parallelism; OpenCV's own pool would oversubscribe the cores.
+    cv2.setNumThreads(1)
+
+
+def choose_dct_factor(crop_height: int, crop_width: int, out_height: int, out_width: int) -> int:
+    """The largest factor in 8, 4, 2, 1 at which the crop is still 1.25x the output size or more."""
+    for factor in _DCT_FACTORS:
+        if crop_height >= _DCT_MARGIN * factor * out_height and crop_width >= _DCT_MARGIN * factor * out_width:
+            return factor
+    return 1
+
+
+def _image_field(operation: Any, previous: Any) -> RGBImageField:
+    if not isinstance(previous, SourceState) or not isinstance(previous.field, RGBImageField):
+        described = previous.describe() if hasattr(previous, "describe") else repr(previous)
+        raise PipelineError(f"{operation!r} decodes an RGBImageField and must come first, got {described}")
+    return previous.field
+
+
+def _resize_into(region: np.ndarray, out: np.ndarray) -> None:
+    out_height, out_width = out.shape[:2]
+    shrink = max(region.shape[0] / out_height, region.shape[1] / out_width)
+    interpolation = cv2.INTER_AREA if shrink >= _AREA_ABOVE_SHRINK else cv2.INTER_LINEAR
+    target = out.reshape(out_height, out_width) if out.shape[2] == 1 else out
+    source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
+    result = cv2.resize(source, (out_width, out_height), dst=target, interpolation=interpolation)
+    if result is not target and not np.shares_memory(result, target):  # OpenCV reallocated: copy back
+        target[...] = result
+
+
+class _CropDecoder(SampleOperation):
+    """Shared machinery: find the crop, decode (scaled) or view raw pixels, resize into the batch."""
+
+    is_decoder = True
+    output_size: tuple[int, int]
+
+    def output_state(self, previous: Any) -> State:
+        field = _image_field(self, previous)
+        height, width = self.output_size
+        if height < 1 or width < 1:
+            raise PipelineError(f"{self!r}: output_size must be positive, got {self.output_size}")
+        return State((height, width, field.channels), field.numpy_dtype)
+
+    def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
+        raise NotImplementedError
+
+    def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
+        _single_threaded_opencv()
+        metadata = src.metadata[sample]
+        height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
+        payload = src.memory[src.offsets[i] : src.offsets[i] + src.sizes[i]]
+        top, left, crop_height, crop_width = self.crop(context.key, sample, height, width)
+        out = dst[i]
+        if metadata["mode"] == _JPEG:
+            factor = choose_dct_factor(crop_height, crop_width, out.shape[0], out.shape[1])
+            image = _decode_scaled(payload, height, width, channels, factor, context)
+            scale_y, scale_x = image.shape[0] / height, image.shape[1] / width
+            y0, x0 = int(top * scale_y), int(left * scale_x)
+            y1 = min(image.shape[0], math.ceil((top + crop_height) * scale_y))
+            x1 = min(image.shape[1], math.ceil((left + crop_width) * scale_x))
+            region = image[y0:y1, x0:x1]
+        else:
+            image = _raw_view(payload, height, width, channels, out.dtype)
+            region = image[top : top + crop_height, left : left + crop_width]
+        _resize_into(region, out)
+
+
+def _decode_scaled(payload: np.ndarray, height: int, width: int, channels: int, factor: int,
+                   context: BatchContext) -> np.ndarray:
+    min_height, min_width = -(-height // factor), -(-width // factor)
+    try:
+        scaled_height, scaled_width, _, _ = simplejpeg.decode_jpeg_header(
+            payload, min_height=min_height, min_width=min_width, min_factor=factor)
+        buffer = context.scratch(scaled_height * scaled_width * channels)
+        image = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], min_height=min_height,
+                                       min_width=min_width, min_factor=factor, buffer=buffer)
+    except ValueError as error:
+        raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+    return image.reshape(image.shape[0], image.shape[1], channels)
+
+
+def _raw_view(payload: np.ndarray, height: int, width: int, channels: int, dtype: np.dtype) -> np.ndarray:
+    expected = height * width * channels * dtype.itemsize
+    if payload.size != expected:
+        raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
+    return payload.view(dtype).reshape(height, width, channels)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomResizedCropRGBImageDecoder(_CropDecoder):
+    """torchvision's RandomResizedCrop at decode time: area fraction in ``scale``, aspect ratio in ``ratio``."""
+
+    output_size: tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
+            raise PipelineError(f"scale and ratio must be increasing positive ranges, got {self.scale}, {self.ratio}")
+
+    def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
+        return random_resized_crop(key, sample, height, width, self.scale[0], self.scale[1],
+                                   math.log(self.ratio[0]), math.log(self.ratio[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class CenterCropRGBImageDecoder(_CropDecoder):
+    """A centered square of ``ratio`` times the shorter side, resized to ``output_size`` (validation)."""
+
+    output_size: tuple[int, int]
+    ratio: float = 224 / 256
+
+    def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
+        return center_crop(height, width, self.ratio)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleRGBImageDecoder(SampleOperation):
+    """Decode whole images; every image in the file (or the selected ones) must have the same size."""
+
+    is_decoder = True
+
+    def output_state(self, previous: Any) -> State:
+        field = _image_field(self, previous)
+        sizes = np.unique(np.stack([previous.metadata["height"], previous.metadata["width"]], axis=1), axis=0) \
+            if previous.metadata is not None and len(previous.metadata) else np.zeros((0, 2), np.int64)
+        if len(sizes) != 1:
+            raise PipelineError(f"{self!r} needs images of one size; field {previous.field_name!r} has "
+                                f"{len(sizes)} sizes: use RandomResizedCrop- or CenterCropRGBImageDecoder")
+        height, width = (int(v) for v in sizes[0])
+        return State((height, width, field.channels), field.numpy_dtype)
+
+    def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
+        metadata = src.metadata[sample]
+        height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
+        payload = src.memory[src.offsets[i] : src.offsets[i] + src.sizes[i]]
+        out = dst[i]
+        if (height, width) != out.shape[:2]:
+            raise DecodeError(f"image is {width}x{height}, expected {out.shape[1]}x{out.shape[0]}")
+        if metadata["mode"] == _JPEG:
+            try:
+                simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
+            except ValueError as error:
+                raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+        else:
+            out[...] = _raw_view(payload, height, width, channels, out.dtype)
