@@ -56,6 +56,9 @@ class Step:
 
     @property
     def kind(self) -> StageKind:
+        chosen = self.operation.stage_kind(self.input_state)
+        if chosen is not None:
+            return chosen
         if isinstance(self.operation, JitOperation):
             return "jit"
         if isinstance(self.operation, SampleOperation):
@@ -153,7 +156,8 @@ def place_steps(
 
 def _buffer_for(operation: Operation, previous: Any, state: State, current: int | None,
                 buffers: list[BufferSpec]) -> int | None:
-    if isinstance(operation, BatchOperation) or state.kind != "numpy":
+    kind = operation.stage_kind(previous)
+    if kind == "batch" or (kind is None and isinstance(operation, BatchOperation)) or state.kind != "numpy":
         return None  # batch operations return their result; it is not preallocated
     if current is not None and operation.in_place(previous):
         return current

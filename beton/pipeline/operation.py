@@ -142,6 +142,10 @@ class Operation(abc.ABC):
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""
         return False
 
+    def stage_kind(self, previous: State | SourceState) -> str | None:
+        """Override to run as another kind for some inputs ("jit", "sample" or "batch"); None: by class."""
+        return None
+
     def __repr__(self) -> str:
         if dataclasses.is_dataclass(self):
             parts = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)

@@ -1,5 +1,30 @@
-"""Transforms: operations to put after a decoder in a pipeline."""
+"""Transforms: operations to put after a decoder in a pipeline.
 
+Compiled (numba, fused, per sample, on numpy HxWxC uint8 images before ToTensor): RandomHorizontalFlip,
+RandomVerticalFlip, Cutout, RandomErasing, RandomTranslate, RandomBrightness, RandomContrast,
+RandomSaturation, RandomSolarization, NormalizeImage, ReplaceLabel. Per batch: ImageMixup, LabelMixup, and the
+torch operations ToTensor, ToTorchImage, Squeeze, Convert, ViewAs, ToDevice, ModuleWrapper (and NormalizeImage
+on torch tensors, e.g. on the GPU).
+"""
+
+from beton.transforms.color import (
+    RandomBrightness,
+    RandomContrast,
+    RandomSaturation,
+    RandomSolarization,
+    Solarization,
+)
+from beton.transforms.cutout import Cutout, RandomErasing
+from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
+from beton.transforms.labels import ReplaceLabel
+from beton.transforms.mixup import ImageMixup, LabelMixup
+from beton.transforms.normalize import NormalizeImage
 from beton.transforms.torch_ops import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, ViewAs
+from beton.transforms.translate import RandomTranslate
 
-__all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "ToDevice", "ModuleWrapper"]
+__all__ = [
+    "ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "ToDevice", "ModuleWrapper",
+    "RandomHorizontalFlip", "RandomVerticalFlip", "Cutout", "RandomErasing", "RandomTranslate",
+    "RandomBrightness", "RandomContrast", "RandomSaturation", "RandomSolarization", "Solarization",
+    "NormalizeImage", "ImageMixup", "LabelMixup", "ReplaceLabel",
+]

@@ -1,4 +1,10 @@
-"""NormalizeImage: uint8 HxWxC -> (x - mean) / std as float32 or float16, compiled on CPU."""
+"""NormalizeImage: (x - mean) / std per channel, uint8 -> float32 or float16.
+
+On numpy HxWxC images (before ToTensor) it is a compiled operation fused with its neighbours (float32; numba
+has no float16, so float16 output is one vectorised numpy expression per batch). On torch tensors (after
+ToTensor / ToTorchImage / ToDevice, e.g. on the GPU) it runs as one torch expression per batch, on whatever
+device the batch is.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.operation import JitOperation, State
+from beton.pipeline.operation import BatchContext, JitOperation, State
 
 __all__ = ["NormalizeImage"]
 
@@ -18,11 +24,11 @@ __all__ = ["NormalizeImage"]
 def _normalize_kernel(src, dst, i, sample, key, args):
     scale, shift = args  # per channel: x * scale + shift == (x - mean) / std
     image, out = src[i], dst[i]
-    height, width, channels = image.shape
-    for y in range(height):
-        for x in range(width):
-            for c in range(channels):
-                out[y, x, c] = image[y, x, c] * scale[c] + shift[c]
+    channels = image.shape[2]
+    flat_in, flat_out = image.reshape(-1), out.reshape(-1)
+    for k in range(flat_in.size):
+        c = k % channels
+        flat_out[k] = flat_in[k] * scale[c] + shift[c]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +40,21 @@ class NormalizeImage(JitOperation):
     dtype: Any = np.float32
 
     def output_state(self, previous: Any) -> State:
-        previous.require(isinstance(previous, State) and previous.kind == "numpy" and len(previous.shape) == 3
-                         and previous.shape[2] == len(self.mean) == len(self.std),
-                         self, f"numpy HxWx{len(self.mean)} images")
-        return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
+        channels = len(self.mean)
+        previous.require(isinstance(previous, State) and previous.kind in ("numpy", "torch")
+                         and len(previous.shape) == 3 and channels == len(self.std)
+                         and channels in (previous.shape[0], previous.shape[2]),
+                         self, f"images with {channels} channels (HxWxC numpy, or torch CxHxW / HxWxC)")
+        if previous.kind == "numpy":
+            previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
+            return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
+        import torch
+
+        return dataclasses.replace(previous, dtype=torch.from_numpy(np.zeros(0, self.dtype)).dtype)
+
+    def stage_kind(self, previous: Any) -> str | None:
+        torch_input = isinstance(previous, State) and previous.kind == "torch"
+        return "batch" if torch_input or np.dtype(self.dtype) == np.float16 else None
 
     def kernel(self) -> Any:
         return _normalize_kernel
@@ -45,3 +62,16 @@ class NormalizeImage(JitOperation):
     def kernel_arguments(self, previous: Any) -> tuple:
         std = np.asarray(self.std, np.float32)
         return (1.0 / std, -np.asarray(self.mean, np.float32) / std)
+
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        if isinstance(batch, np.ndarray):
+            scale, shift = self.kernel_arguments(None)
+            return (batch * scale + shift).astype(self.dtype)
+        import torch
+
+        dtype = torch.from_numpy(np.zeros(0, self.dtype)).dtype
+        channels_first = batch.shape[1] == len(self.mean)
+        shape = (1, -1, 1, 1) if channels_first else (1, 1, 1, -1)
+        mean = torch.tensor(self.mean, dtype=dtype, device=batch.device).view(shape)
+        std = torch.tensor(self.std, dtype=dtype, device=batch.device).view(shape)
+        return (batch.to(dtype) - mean) / std

@@ -1,0 +1,26 @@
+"""Shared checks for image operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from beton.pipeline.operation import State
+
+
+def require_uint8_images(operation: Any, previous: Any) -> State:
+    """The State of a numpy batch of HxWxC uint8 images, or a PipelineError naming the operation."""
+    if not isinstance(previous, State):
+        previous = State((), None, kind="python")  # a decoder's SourceState: describe as not-an-image
+    previous.require(previous.kind == "numpy" and len(previous.shape) == 3 and previous.dtype == np.uint8,
+                     operation, "numpy HxWxC uint8 images (put it before ToTensor)")
+    return previous
+
+
+def fill_array(fill: Any, channels: int) -> np.ndarray:
+    """A per-channel uint8 fill value from a scalar or a sequence."""
+    values = np.broadcast_to(np.asarray(fill, dtype=np.int64), (channels,))
+    if (values < 0).any() or (values > 255).any():
+        raise ValueError(f"fill values must lie in 0..255, got {fill!r}")
+    return values.astype(np.uint8).copy()

@@ -1,0 +1,167 @@
+"""Photometric augmentations on uint8 HxWxC images, compiled and in place.
+
+Each applies with probability ``p`` and draws its factor uniformly from [max(0, 1 - magnitude), 1 + magnitude]
+(FFCV's and torchvision's convention). Results are rounded half up and clipped to 0..255. Grey levels use
+ITU-R 601 luma weights (0.299, 0.587, 0.114), as torchvision does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numba
+import numpy as np
+
+from beton.pipeline.operation import JitOperation, State
+from beton.pipeline.random import uniform
+from beton.transforms._image import require_uint8_images
+
+__all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation", "RandomSolarization", "Solarization"]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _to_uint8(value):
+    return min(255, max(0, int(value + 0.5)))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _luma(image, y, x):
+    if image.shape[2] < 3:
+        return float(image[y, x, 0])
+    return 0.299 * image[y, x, 0] + 0.587 * image[y, x, 1] + 0.114 * image[y, x, 2]
+
+
+@numba.njit(nogil=True, cache=True)
+def _draw_factor(key, sample, probability, magnitude):
+    """The factor to apply, or -1.0 when this sample is left alone."""
+    if uniform(key, sample, 0) >= probability:
+        return -1.0
+    low = max(0.0, 1.0 - magnitude)
+    return low + (1.0 + magnitude - low) * uniform(key, sample, 1)
+
+
+@numba.njit(nogil=True, cache=True)
+def _brightness_kernel(src, dst, i, sample, key, args):
+    probability, magnitude = args
+    factor = _draw_factor(key, sample, probability, magnitude)
+    if factor < 0:
+        return
+    image = dst[i]
+    for y in range(image.shape[0]):
+        for x in range(image.shape[1]):
+            for c in range(image.shape[2]):
+                image[y, x, c] = _to_uint8(image[y, x, c] * factor)
+
+
+@numba.njit(nogil=True, cache=True)
+def _contrast_kernel(src, dst, i, sample, key, args):
+    probability, magnitude = args
+    factor = _draw_factor(key, sample, probability, magnitude)
+    if factor < 0:
+        return
+    image = dst[i]
+    total = 0.0
+    for y in range(image.shape[0]):
+        for x in range(image.shape[1]):
+            total += _luma(image, y, x)
+    mean = total / (image.shape[0] * image.shape[1])
+    for y in range(image.shape[0]):
+        for x in range(image.shape[1]):
+            for c in range(image.shape[2]):
+                image[y, x, c] = _to_uint8(factor * image[y, x, c] + (1.0 - factor) * mean)
+
+
+@numba.njit(nogil=True, cache=True)
+def _saturation_kernel(src, dst, i, sample, key, args):
+    probability, magnitude = args
+    factor = _draw_factor(key, sample, probability, magnitude)
+    if factor < 0:
+        return
+    image = dst[i]
+    for y in range(image.shape[0]):
+        for x in range(image.shape[1]):
+            grey = _luma(image, y, x)
+            for c in range(image.shape[2]):
+                image[y, x, c] = _to_uint8(factor * image[y, x, c] + (1.0 - factor) * grey)
+
+
+@numba.njit(nogil=True, cache=True)
+def _solarization_kernel(src, dst, i, sample, key, args):
+    probability, threshold = args
+    if uniform(key, sample, 0) >= probability:
+        return
+    image = dst[i]
+    for y in range(image.shape[0]):
+        for x in range(image.shape[1]):
+            for c in range(image.shape[2]):
+                if image[y, x, c] >= threshold:
+                    image[y, x, c] = 255 - image[y, x, c]
+
+
+class _InPlaceImageOperation(JitOperation):
+    def output_state(self, previous: Any) -> State:
+        return require_uint8_images(self, previous)
+
+    def in_place(self, previous: State) -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomBrightness(_InPlaceImageOperation):
+    """Scale pixel values by the factor."""
+
+    magnitude: float
+    p: float = 0.5
+
+    def kernel(self) -> Any:
+        return _brightness_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.p), np.float64(self.magnitude))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomContrast(_InPlaceImageOperation):
+    """Blend each image with its mean grey level."""
+
+    magnitude: float
+    p: float = 0.5
+
+    def kernel(self) -> Any:
+        return _contrast_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.p), np.float64(self.magnitude))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomSaturation(_InPlaceImageOperation):
+    """Blend each pixel with its own grey level."""
+
+    magnitude: float
+    p: float = 0.5
+
+    def kernel(self) -> Any:
+        return _saturation_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.p), np.float64(self.magnitude))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomSolarization(_InPlaceImageOperation):
+    """Invert every value at or above ``threshold``, with probability ``solarization_prob``."""
+
+    solarization_prob: float = 0.5
+    threshold: int = 128
+
+    def kernel(self) -> Any:
+        return _solarization_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.solarization_prob), np.int64(self.threshold))
+
+
+#: The name used in the brief; the same operation.
+Solarization = RandomSolarization

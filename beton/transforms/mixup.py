@@ -1,0 +1,83 @@
+"""ImageMixup and LabelMixup: mix each sample with a partner from the same batch.
+
+Both operations draw the partner permutation and the mixing weights from the batch's shared generator
+(``context.batch_rng("mixup")``, keyed by seed, epoch and batch number), so an image pipeline and a label
+pipeline with the same ``alpha`` and ``same_lambda`` agree on every pair and every weight, whatever thread ran
+them. A sample's weight ``lam`` is that of itself; ``1 - lam`` that of its partner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numba
+import numpy as np
+
+from beton.pipeline.operation import BatchContext, BatchOperation, State
+from beton.transforms._image import require_uint8_images
+
+__all__ = ["ImageMixup", "LabelMixup", "mixup_draws"]
+
+
+def mixup_draws(context: BatchContext, count: int, alpha: float, same_lambda: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(partner permutation, weights) for a batch of ``count`` samples."""
+    rng = context.batch_rng("mixup")
+    permutation = rng.permutation(count)
+    weights = np.full(count, rng.beta(alpha, alpha)) if same_lambda else rng.beta(alpha, alpha, count)
+    return permutation, weights
+
+
+@numba.njit(nogil=True, cache=True)
+def _mix_images(batch, original, permutation, weights):
+    original[:] = batch
+    for i in range(batch.shape[0]):
+        lam = weights[i]
+        mine, partner, out = original[i].ravel(), original[permutation[i]].ravel(), batch[i].ravel()
+        for k in range(out.size):
+            out[k] = min(255, max(0, int(lam * mine[k] + (1.0 - lam) * partner[k] + 0.5)))
+
+
+def _check_alpha(alpha: float) -> None:
+    if alpha <= 0:
+        raise ValueError(f"alpha must be positive, got {alpha}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageMixup(BatchOperation):
+    """uint8 HxWxC images: image = lam * image + (1 - lam) * partner, in place."""
+
+    alpha: float = 1.0
+    same_lambda: bool = True
+
+    def __post_init__(self) -> None:
+        _check_alpha(self.alpha)
+
+    def output_state(self, previous: Any) -> State:
+        return require_uint8_images(self, previous)
+
+    def apply(self, batch: np.ndarray, context: BatchContext) -> np.ndarray:
+        permutation, weights = mixup_draws(context, len(batch), self.alpha, self.same_lambda)
+        original = context.scratch(batch.nbytes).view(batch.dtype).reshape(batch.shape)
+        _mix_images(batch, original, permutation, weights)
+        return batch
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelMixup(BatchOperation):
+    """Integer labels -> float64 rows (label, partner's label, lam), matching ImageMixup's pairs."""
+
+    alpha: float = 1.0
+    same_lambda: bool = True
+
+    def __post_init__(self) -> None:
+        _check_alpha(self.alpha)
+
+    def output_state(self, previous: Any) -> State:
+        previous.require(isinstance(previous, State) and previous.kind == "numpy" and previous.shape == (),
+                         self, "a numpy batch of scalar labels (put it before ToTensor)")
+        return State((3,), np.dtype(np.float64))
+
+    def apply(self, batch: np.ndarray, context: BatchContext) -> np.ndarray:
+        permutation, weights = mixup_draws(context, len(batch), self.alpha, self.same_lambda)
+        return np.stack([batch, batch[permutation], weights], axis=1).astype(np.float64)

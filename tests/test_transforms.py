@@ -1,0 +1,227 @@
+"""Every transform against a plain numpy reference that replays the same random draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from beton import Loader, OrderOption
+from beton.fields import IntField, NDArrayField
+from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.pipeline.operation import BatchContext
+from beton.pipeline.random import integer, operation_key, uniform
+from beton.sample_photos import photo_crop
+from beton.transforms import (
+    Convert,
+    Cutout,
+    ImageMixup,
+    LabelMixup,
+    NormalizeImage,
+    RandomBrightness,
+    RandomContrast,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomSaturation,
+    RandomSolarization,
+    RandomTranslate,
+    RandomVerticalFlip,
+    ReplaceLabel,
+    ToTensor,
+    ToTorchImage,
+)
+from beton.errors import PipelineError
+
+from conftest import write
+
+HEIGHT, WIDTH = 12, 10
+IMAGES = [photo_crop(i, HEIGHT, WIDTH) for i in range(40)]
+SEED = 17
+
+
+@pytest.fixture(scope="module")
+def tile_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiles") / "tiles.beton"
+    return write(path, {"image": NDArrayField(np.uint8, (HEIGHT, WIDTH, 3)), "label": IntField()},
+                 [(image, i) for i, image in enumerate(IMAGES)])
+
+
+def run(tile_file, operations, batch_size=8, label_operations=None, num_workers=2):
+    """Every (sample, output image, output label, batch number) of epoch 0."""
+    pipelines = {"image": [NDArrayDecoder(), *operations], "label": label_operations or [IntDecoder(), ToTensor()]}
+    with Loader(tile_file, batch_size=batch_size, num_workers=num_workers, order=OrderOption.RANDOM, seed=SEED,
+                pipelines=pipelines, copy=True) as loader:
+        return [(images, labels, number) for number, (images, labels) in enumerate(loader)]
+
+
+def key(position, output=0):
+    return operation_key(SEED, 0, output, position)
+
+
+def to_uint8(values):
+    return np.clip(np.floor(np.asarray(values, np.float64) + 0.5), 0, 255).astype(np.uint8)
+
+
+def check(tile_file, operation, reference, tolerance=0):
+    for images, labels, _ in run(tile_file, [operation, ToTensor()]):
+        for image, label in zip(images.numpy(), labels.tolist()):
+            expected = reference(IMAGES[label].copy(), label)
+            assert np.abs(image.astype(int) - expected.astype(int)).max() <= tolerance, (operation, label)
+
+
+def test_horizontal_and_vertical_flips(tile_file):
+    check(tile_file, RandomHorizontalFlip(0.5),
+          lambda im, s: im[:, ::-1] if uniform(key(1), s, 0) < 0.5 else im)
+    check(tile_file, RandomVerticalFlip(0.3),
+          lambda im, s: im[::-1] if uniform(key(1), s, 0) < 0.3 else im)
+
+
+def test_cutout(tile_file):
+    def reference(image, sample, size=5):
+        cy, cx = integer(key(1), sample, 0, 0, HEIGHT), integer(key(1), sample, 1, 0, WIDTH)
+        image[max(0, cy - size // 2) : cy - size // 2 + size, max(0, cx - size // 2) : cx - size // 2 + size] = (9, 8, 7)
+        return image
+
+    check(tile_file, Cutout(5, fill=(9, 8, 7)), reference)
+
+
+def test_random_erasing(tile_file):
+    def reference(image, sample):
+        k = key(1)
+        if uniform(k, sample, 0) >= 0.7:
+            return image
+        for attempt in range(10):
+            area = HEIGHT * WIDTH * (0.1 + 0.3 * uniform(k, sample, 1 + 4 * attempt))
+            aspect = math.exp(math.log(0.5) + (math.log(2.0) - math.log(0.5)) * uniform(k, sample, 2 + 4 * attempt))
+            h, w = int(round(math.sqrt(area * aspect))), int(round(math.sqrt(area / aspect)))
+            if h < HEIGHT and w < WIDTH:
+                top = integer(k, sample, 3 + 4 * attempt, 0, HEIGHT - h + 1)
+                left = integer(k, sample, 4 + 4 * attempt, 0, WIDTH - w + 1)
+                image[top : top + h, left : left + w] = 3
+                return image
+        return image
+
+    check(tile_file, RandomErasing(p=0.7, scale=(0.1, 0.4), ratio=(0.5, 2.0), fill=3), reference)
+
+
+def test_random_translate(tile_file):
+    def reference(image, sample, padding=3):
+        dy = integer(key(1), sample, 0, -padding, padding + 1)
+        dx = integer(key(1), sample, 1, -padding, padding + 1)
+        padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)), constant_values=0)
+        padded[:padding], padded[-padding:], padded[:, :padding], padded[:, -padding:] = 200, 200, 200, 200
+        return padded[padding - dy : padding - dy + HEIGHT, padding - dx : padding - dx + WIDTH]
+
+    check(tile_file, RandomTranslate(3, fill=200), reference)
+
+
+def factor(sample, probability, magnitude):
+    if uniform(key(1), sample, 0) >= probability:
+        return None
+    low = max(0.0, 1 - magnitude)
+    return low + (1 + magnitude - low) * uniform(key(1), sample, 1)
+
+
+def luma(image):
+    return image[..., 0] * 0.299 + image[..., 1] * 0.587 + image[..., 2] * 0.114
+
+
+def test_brightness_contrast_saturation(tile_file):
+    def brightness(image, sample):
+        f = factor(sample, 0.8, 0.4)
+        return image if f is None else to_uint8(image.astype(np.float64) * f)
+
+    def contrast(image, sample):
+        f = factor(sample, 0.8, 0.4)
+        return image if f is None else to_uint8(f * image + (1 - f) * luma(image.astype(np.float64)).mean())
+
+    def saturation(image, sample):
+        f = factor(sample, 0.8, 0.4)
+        return image if f is None else to_uint8(f * image + (1 - f) * luma(image.astype(np.float64))[..., None])
+
+    # tolerance 1: compiled code may fuse multiply-adds, moving a value that sits on .5 by one level
+    check(tile_file, RandomBrightness(0.4, p=0.8), brightness, tolerance=1)
+    check(tile_file, RandomContrast(0.4, p=0.8), contrast, tolerance=1)
+    check(tile_file, RandomSaturation(0.4, p=0.8), saturation, tolerance=1)
+
+
+def test_solarization(tile_file):
+    def reference(image, sample):
+        if uniform(key(1), sample, 0) >= 0.6:
+            return image
+        return np.where(image >= 100, 255 - image, image).astype(np.uint8)
+
+    check(tile_file, RandomSolarization(0.6, threshold=100), reference)
+
+
+MEAN, STD = (120.0, 110.0, 100.0), (60.0, 55.0, 50.0)
+
+
+def test_normalize_compiled_and_as_a_torch_operation(tile_file):
+    for operations, channels_first in (([NormalizeImage(MEAN, STD), ToTensor()], False),
+                                       ([ToTensor(), ToTorchImage(), NormalizeImage(MEAN, STD)], True),
+                                       ([NormalizeImage(MEAN, STD, np.float16), ToTensor()], False)):
+        for images, labels, _ in run(tile_file, operations):
+            for image, label in zip(images, labels.tolist()):
+                expected = (IMAGES[label] - np.array(MEAN)) / np.array(STD)
+                got = image.permute(1, 2, 0).numpy() if channels_first else image.numpy()
+                np.testing.assert_allclose(got.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_mixup_pairs_images_and_labels_with_the_same_weights(tile_file):
+    for same_lambda in (True, False):
+        batches = run(tile_file, [ImageMixup(0.4, same_lambda), ToTensor()], batch_size=8,
+                      label_operations=[IntDecoder(), LabelMixup(0.4, same_lambda), ToTensor()])
+        for images, labels, number in batches:
+            mine, partners, weights = labels[:, 0].long(), labels[:, 1].long(), labels[:, 2].numpy()
+            context = BatchContext(np.zeros(len(images), np.int64), 0, np.uint64(0), number, SEED)
+            permutation, expected_weights = _draws(context, len(images), 0.4, same_lambda)
+            np.testing.assert_array_equal(weights, expected_weights)
+            assert partners.tolist() == mine[permutation].tolist()
+            for image, label, partner, weight in zip(images.numpy(), mine.tolist(), partners.tolist(), weights):
+                expected = to_uint8(weight * IMAGES[label].astype(np.float64) + (1 - weight) * IMAGES[partner])
+                assert np.abs(image.astype(int) - expected.astype(int)).max() <= 1
+            if same_lambda:
+                assert len(set(weights.tolist())) == 1
+
+
+def _draws(context, count, alpha, same_lambda):
+    from beton.transforms.mixup import mixup_draws
+
+    return mixup_draws(context, count, alpha, same_lambda)
+
+
+def test_replace_label(tile_file):
+    for images, labels, _ in run(tile_file, [ToTensor()],
+                                 label_operations=[IntDecoder(), ReplaceLabel([3, 5, 39], 99), ToTensor()]):
+        for image, label in zip(images.numpy(), labels.tolist()):
+            original = next(i for i, im in enumerate(IMAGES) if np.array_equal(im, image))
+            assert label == (99 if original in (3, 5, 39) else original)
+
+
+def test_everything_together_is_identical_for_any_number_of_workers(tile_file):
+    operations = [RandomHorizontalFlip(), Cutout(3), RandomErasing(), RandomTranslate(2), RandomBrightness(0.3),
+                  RandomContrast(0.3), RandomSaturation(0.3), RandomSolarization(), ImageMixup(0.5), ToTensor(),
+                  ToTorchImage(), Convert(torch.float32)]
+    labels = [IntDecoder(), LabelMixup(0.5), ToTensor()]
+    reference = run(tile_file, operations, label_operations=labels, num_workers=1)
+    for num_workers in (2, 4):
+        for (a, la, _), (b, lb, _) in zip(reference, run(tile_file, operations, label_operations=labels,
+                                                           num_workers=num_workers)):
+            assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("operation", [Cutout(3), RandomErasing(), RandomTranslate(2), RandomBrightness(0.2),
+                                       RandomSolarization(), ImageMixup(), RandomHorizontalFlip()])
+def test_image_operations_refuse_labels(tile_file, operation):
+    with pytest.raises(PipelineError):
+        Loader(tile_file, batch_size=4, pipelines={"label": [IntDecoder(), operation]})
+
+
+def test_to_device_on_a_machine_without_cuda_does_not_pin(tile_file):
+    from beton.transforms import ToDevice
+
+    for images, labels, _ in run(tile_file, [ToTensor(), ToDevice("cpu")]):
+        assert images.device.type == "cpu" and not images.is_pinned()
