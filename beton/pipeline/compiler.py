@@ -2,8 +2,8 @@
 
 1. :func:`place_steps` - walk each output's operations, deriving every State (errors name the output and
    operation), and give each non-in-place numpy output a buffer.
-2. :func:`group_stages` - cut each output's steps into runs of one kind (jit / sample / batch); the r-th run of
-   every output forms round r; inside a round, all jit runs of all outputs become one fused stage.
+2. :func:`group_stages` - cut each output's steps into runs of one kind (jit / sample / batch); run the
+   non-jit runs until every output waits at a jit run, then fuse all those jit runs into one stage; repeat.
 3. :func:`make_stage_source` + :func:`compile_stage` - generate the fused stage's Python source, write it to a
    module file in the kernel cache named by its hash, import it and let numba compile it with
    ``nogil=True, cache=True``: a later process finds the compiled code on disk (numba cannot cache functions
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import importlib.util
@@ -166,20 +167,21 @@ def _buffer_for(operation: Operation, previous: Any, state: State, current: int 
 
 
 def group_stages(steps_per_output: Sequence[Sequence[Step]], fuse: bool = True) -> list[list[Step]]:
-    """Rounds of runs; in each round, every output's run; jit runs of one round fused into one stage."""
+    """Order the steps into stages, fusing as many jit runs as possible.
+
+    Non-jit steps are emitted first, output by output, until every pipeline waits at a jit run (or is done);
+    then all those jit runs become one fused stage. Repeat. Outputs are independent, so any interleaving that
+    keeps each output's own order is valid; this one gives the fewest compiled calls per batch.
+    """
     if not fuse:
         return [[step] for steps in steps_per_output for step in steps]
-    runs_per_output = [_runs(steps) for steps in steps_per_output]
+    queues = [collections.deque(_runs(steps)) for steps in steps_per_output]
     groups: list[list[Step]] = []
-    for round_number in range(max(len(runs) for runs in runs_per_output)):
-        fused: list[Step] = []
-        for runs in runs_per_output:
-            if round_number < len(runs):
-                run = runs[round_number]
-                if run[0].kind == "jit":
-                    fused.extend(run)
-                else:
-                    groups.extend([step] for step in run)
+    while any(queues):
+        for queue in queues:
+            while queue and queue[0][0].kind != "jit":
+                groups.extend([step] for step in queue.popleft())
+        fused = [step for queue in queues if queue for step in queue.popleft()]
         if fused:
             groups.append(fused)
     return groups
