@@ -16,7 +16,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import tempfile
 import threading
 import time
@@ -36,6 +35,8 @@ from beton.pipeline.random import operation_key
 from beton.sample_photos import photo_crop
 from beton.transforms import ToTensor, ToTorchImage
 from beton.transforms.flip import RandomHorizontalFlip
+
+from _timing import alternating_rates
 
 BATCH_SIZE = 64
 WORKERS = 2
@@ -92,12 +93,6 @@ class TorchJpegDataset(torch.utils.data.Dataset):
         if np.random.rand() < 0.5:
             crop = crop[:, ::-1]
         return torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1), index % 1000
-
-
-def epoch_images_per_s(iterable) -> float:
-    start = time.perf_counter()
-    count = sum(len(batch[1]) for batch in iterable)
-    return count / (time.perf_counter() - start)
 
 
 class DecodeLimit:
@@ -169,13 +164,7 @@ def measure(jpegs: list[bytes], directory: str, name: str, repeats: int) -> dict
     ffcv = ffcv_loader(jpegs, directory, name)
     if ffcv is not None:
         contenders["FFCV 1.0.2"] = ffcv
-    for iterable in contenders.values():
-        epoch_images_per_s(iterable)  # warm-up: compilation, page cache, worker start
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for contender, iterable in contenders.items():
-            rates[contender].append(epoch_images_per_s(iterable))
-    return {contender: statistics.median(values) for contender, values in rates.items()}
+    return alternating_rates(contenders, repeats)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from beton.sample_photos import photo_crop
 from beton.transforms import ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.normalize import NormalizeImage
+
+from _timing import alternating_rates
 
 BATCH_SIZE = 512
 WORKERS = 2
@@ -72,25 +73,6 @@ class MemmapDataset(torch.utils.data.Dataset):
         if self.images is None:  # opened in each worker process
             self.images = np.load(self.image_path, mmap_mode="r")
         return torch.from_numpy(np.array(self.images[index])), int(self.labels[index])
-
-
-def epoch_seconds(iterable) -> tuple[float, int]:
-    start = time.perf_counter()
-    count = sum(len(batch[1]) for batch in iterable)
-    return time.perf_counter() - start, count
-
-
-def run_alternating(contenders: dict, repeats: int) -> dict[str, float]:
-    """Warm each contender up once, then alternate epochs; samples/s from the median epoch."""
-    timings: dict[str, list[float]] = {name: [] for name in contenders}
-    counts = {}
-    for name, iterable in contenders.items():
-        _, counts[name] = epoch_seconds(iterable)
-    for _ in range(repeats):
-        for name, iterable in contenders.items():
-            seconds, _ = epoch_seconds(iterable)
-            timings[name].append(seconds)
-    return {name: counts[name] / statistics.median(values) for name, values in timings.items()}
 
 
 def ffcv_contender(images: np.ndarray, labels: np.ndarray, directory: str):
@@ -157,7 +139,7 @@ def main() -> None:
         ffcv = ffcv_contender(images, labels, directory)
         if ffcv is not None:
             contenders["FFCV 1.0.2"] = ffcv
-        throughput = run_alternating(contenders, arguments.repeats)
+        throughput = alternating_rates(contenders, arguments.repeats)
 
         hwc_path = os.path.join(directory, "hwc.beton")
         beton.DatasetWriter(hwc_path, {"image": NDArrayField(np.uint8, (32, 32, 3)), "label": IntField()},
@@ -166,7 +148,7 @@ def main() -> None:
         four_ops = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), RandomVerticalFlip(),
                               NormalizeImage([125.0, 123.0, 114.0], [63.0, 62.0, 66.0]), ToTensor()],
                     "label": [IntDecoder(), ToTensor()]}
-        fusion = run_alternating({
+        fusion = alternating_rates({
             "fused": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,
                             seed=0, pipelines=four_ops),
             "separate": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,

@@ -9,13 +9,19 @@ import numpy as np
 from beton.pipeline.operation import State
 
 
-def require_uint8_images(operation: Any, previous: Any) -> State:
-    """The State of a numpy batch of HxWxC uint8 images, or a PipelineError naming the operation."""
+def require_images(operation: Any, previous: Any, dtype: Any = None) -> State:
+    """The State of a numpy batch of HxWxC images (of ``dtype`` if given), or a PipelineError naming the operation."""
     if not isinstance(previous, State):
         previous = State((), None, kind="python")  # a decoder's SourceState: describe as not-an-image
-    previous.require(previous.kind == "numpy" and len(previous.shape) == 3 and previous.dtype == np.uint8,
-                     operation, "numpy HxWxC uint8 images (put it before ToTensor)")
+    wanted = "" if dtype is None else f" {np.dtype(dtype)}"
+    previous.require(previous.kind == "numpy" and len(previous.shape) == 3
+                     and (dtype is None or previous.dtype == dtype),
+                     operation, f"numpy HxWxC{wanted} images (put it before ToTensor)")
     return previous
+
+
+def require_uint8_images(operation: Any, previous: Any) -> State:
+    return require_images(operation, previous, np.uint8)
 
 
 def fill_array(fill: Any, channels: int) -> np.ndarray:

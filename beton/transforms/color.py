@@ -108,45 +108,38 @@ class _InPlaceImageOperation(JitOperation):
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomBrightness(_InPlaceImageOperation):
-    """Scale pixel values by the factor."""
+class _RandomFactor(_InPlaceImageOperation):
+    """Shared fields of the factor-drawing operations; subclasses name their kernel."""
 
     magnitude: float
     p: float = 0.5
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.p), np.float64(self.magnitude))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomBrightness(_RandomFactor):
+    """Scale pixel values by the factor."""
 
     def kernel(self) -> Any:
         return _brightness_kernel
 
-    def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.float64(self.p), np.float64(self.magnitude))
-
 
 @dataclasses.dataclass(frozen=True)
-class RandomContrast(_InPlaceImageOperation):
+class RandomContrast(_RandomFactor):
     """Blend each image with its mean grey level."""
-
-    magnitude: float
-    p: float = 0.5
 
     def kernel(self) -> Any:
         return _contrast_kernel
 
-    def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.float64(self.p), np.float64(self.magnitude))
-
 
 @dataclasses.dataclass(frozen=True)
-class RandomSaturation(_InPlaceImageOperation):
+class RandomSaturation(_RandomFactor):
     """Blend each pixel with its own grey level."""
-
-    magnitude: float
-    p: float = 0.5
 
     def kernel(self) -> Any:
         return _saturation_kernel
-
-    def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.float64(self.p), np.float64(self.magnitude))
 
 
 @dataclasses.dataclass(frozen=True)

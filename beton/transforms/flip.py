@@ -10,6 +10,7 @@ import numpy as np
 
 from beton.pipeline.operation import JitOperation, State
 from beton.pipeline.random import uniform
+from beton.transforms._image import require_images
 
 __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
 
@@ -46,45 +47,31 @@ def _vertical_flip_kernel(src, dst, i, sample, key, args):
                 image[y, x, c], image[mirror, x, c] = image[mirror, x, c], image[y, x, c]
 
 
-def _image_state(operation: Any, previous: State) -> State:
-    previous.require(isinstance(previous, State) and previous.kind == "numpy" and len(previous.shape) == 3,
-                     operation, "numpy HxWxC images (put it before ToTensor)")
-    return previous
-
-
 @dataclasses.dataclass(frozen=True)
-class RandomHorizontalFlip(JitOperation):
-    """Mirror left-right with probability ``flip_prob``."""
-
+class _RandomFlip(JitOperation):
     flip_prob: float = 0.5
 
     def output_state(self, previous: Any) -> State:
-        return _image_state(self, previous)
+        return require_images(self, previous)  # any dtype: flips only move values
 
     def in_place(self, previous: State) -> bool:
         return True
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return (np.float64(self.flip_prob),)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomHorizontalFlip(_RandomFlip):
+    """Mirror left-right with probability ``flip_prob``."""
 
     def kernel(self) -> Any:
         return _horizontal_flip_kernel
 
-    def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.float64(self.flip_prob),)
-
 
 @dataclasses.dataclass(frozen=True)
-class RandomVerticalFlip(JitOperation):
+class RandomVerticalFlip(_RandomFlip):
     """Mirror top-bottom with probability ``flip_prob``."""
-
-    flip_prob: float = 0.5
-
-    def output_state(self, previous: Any) -> State:
-        return _image_state(self, previous)
-
-    def in_place(self, previous: State) -> bool:
-        return True
 
     def kernel(self) -> Any:
         return _vertical_flip_kernel
-
-    def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.float64(self.flip_prob),)
