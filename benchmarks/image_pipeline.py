@@ -36,7 +36,7 @@ from beton.sample_photos import photo_crop
 from beton.transforms import ToTensor, ToTorchImage
 from beton.transforms.flip import RandomHorizontalFlip
 
-from _timing import alternating_rates
+from beton.bench.timing import alternating_rates
 
 BATCH_SIZE = 64
 WORKERS = 2

@@ -35,7 +35,7 @@ from beton.transforms import ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.normalize import NormalizeImage
 
-from _timing import alternating_rates
+from beton.bench.timing import alternating_rates
 
 BATCH_SIZE = 512
 WORKERS = 2

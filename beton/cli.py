@@ -1,18 +1,27 @@
-"""The ``beton`` command: ``beton info FILE``, ``beton verify FILE``.
+"""The ``beton`` command.
 
-Exit codes: 0 success, 1 the file is invalid or corrupt, 2 bad command-line arguments.
+    beton info FILE                      fields with arguments, sizes, image size histogram
+    beton verify FILE                    every checksum; exit 1 naming the first bad page and sample
+    beton convert imagefolder SRC OUT    torchvision-style class folders -> image + label
+    beton convert numpy IN.npz OUT       one field per array (same length)
+    beton convert torch IN.pt OUT        a dict/tuple of same-length tensors, one field each
+    beton bench [--quick]                the side-by-side benchmark suite
+
+Exit codes: 0 success, 1 the file is invalid or corrupt (or a conversion failed), 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from beton.errors import BetonError
+from beton.fields.rgb_image import IMAGE_MODES, WRITE_MODES, RGBImageField
 from beton.reader import Reader
 from beton.verify import verify
 
@@ -39,7 +48,27 @@ def describe(reader: Reader) -> str:
                 f"      payload bytes: mean {float(np.mean(sizes)):.1f}, min {int(sizes.min())}, "
                 f"max {int(sizes.max())}, total {_bytes(int(sizes.sum()))}"
             )
+        if isinstance(reader.fields[name], RGBImageField) and reader.num_samples:
+            lines += _image_summary(reader.data_table[name])
     return "\n".join(lines)
+
+
+_SIZE_BINS = (0, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _image_summary(metadata: np.ndarray) -> list[str]:
+    heights, widths = metadata["height"].astype(np.int64), metadata["width"].astype(np.int64)
+    longer = np.maximum(heights, widths)
+    counts = np.histogram(longer, bins=[*_SIZE_BINS, np.iinfo(np.int64).max])[0]
+    bins = [f"{low}-{high - 1}" for low, high in zip(_SIZE_BINS, _SIZE_BINS[1:])] + [f">={_SIZE_BINS[-1]}"]
+    histogram = ", ".join(f"{label}: {count}" for label, count in zip(bins, counts) if count)
+    jpeg_share = float(np.mean(metadata["mode"] == IMAGE_MODES["jpg"]))
+    return [
+        f"      images: height {int(heights.min())}..{int(heights.max())} (median {int(np.median(heights))}), "
+        f"width {int(widths.min())}..{int(widths.max())} (median {int(np.median(widths))}), "
+        f"{jpeg_share:.0%} JPEG",
+        f"      longer side histogram: {histogram}",
+    ]
 
 
 def _bytes(count: int) -> str:
@@ -66,8 +95,62 @@ def _verify(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _convert_imagefolder(arguments: argparse.Namespace) -> int:
+    from beton.convert import convert_image_folder
+
+    dataset = convert_image_folder(arguments.source, arguments.output, write_mode=arguments.write_mode,
+                                   max_resolution=arguments.max_resolution, jpeg_quality=arguments.jpeg_quality,
+                                   num_workers=arguments.num_workers)
+    print(f"wrote {len(dataset)} images of {len(dataset.classes)} classes to {arguments.output}")
+    print("labels: " + ", ".join(f"{label}={name}" for label, name in enumerate(dataset.classes)))
+    return 0
+
+
+def _convert_numpy(arguments: argparse.Namespace) -> int:
+    from beton.convert import convert_arrays
+
+    with np.load(arguments.source, allow_pickle=False) as loaded:
+        arrays = {arguments.name: loaded} if isinstance(loaded, np.ndarray) else {k: loaded[k] for k in loaded.files}
+    convert_arrays(arrays, arguments.output, num_workers=arguments.num_workers)
+    print(f"wrote fields {list(arrays)} to {arguments.output}")
+    return 0
+
+
+def _convert_torch(arguments: argparse.Namespace) -> int:
+    import torch
+
+    from beton.convert import convert_arrays
+
+    loaded = torch.load(arguments.source, map_location="cpu", weights_only=True)
+    if isinstance(loaded, torch.Tensor):
+        arrays = {arguments.name: loaded}
+    elif isinstance(loaded, dict):
+        arrays = dict(loaded)
+    elif isinstance(loaded, (list, tuple)):
+        arrays = {f"f{index}": tensor for index, tensor in enumerate(loaded)}
+    else:
+        raise BetonError(f"{arguments.source!r} holds a {type(loaded).__name__}; expected tensors in a dict, "
+                         "list or tuple")
+    convert_arrays(arrays, arguments.output, num_workers=arguments.num_workers)
+    print(f"wrote fields {list(arrays)} to {arguments.output}")
+    return 0
+
+
+def _bench(arguments: argparse.Namespace) -> int:
+    from beton.bench import run_suite
+
+    run_suite(quick=arguments.quick, output_dir=arguments.output)
+    return 0
+
+
+def _existing_path(text: str) -> str:
+    if not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beton", description="Inspect and check .beton dataset files.")
+    parser = argparse.ArgumentParser(prog="beton", description="Inspect, check, convert and benchmark .beton files.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
     info.add_argument("file")
@@ -75,14 +158,52 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("verify", help="check every checksum; exit 1 naming the first bad page/sample")
     check.add_argument("file")
     check.set_defaults(run=_verify)
+
+    convert = commands.add_parser("convert", help="write a .beton file from another layout")
+    kinds = convert.add_subparsers(dest="kind", required=True, metavar="KIND")
+    folder = kinds.add_parser("imagefolder", help="class folders of images (labels from folder names)")
+    folder.add_argument("source", type=_existing_path, metavar="SRC_DIR")
+    folder.add_argument("output", metavar="OUT.beton")
+    folder.add_argument("--max-resolution", type=_positive, default=None)
+    folder.add_argument("--write-mode", choices=WRITE_MODES, default="jpg")
+    folder.add_argument("--jpeg-quality", type=_quality, default=90)
+    folder.set_defaults(run=_convert_imagefolder)
+    for name, runner, help_text in (("numpy", _convert_numpy, ".npy or .npz: one field per array"),
+                                    ("torch", _convert_torch, ".pt: a tensor, or a dict/list of tensors")):
+        sub = kinds.add_parser(name, help=help_text)
+        sub.add_argument("source", type=_existing_path, metavar="IN")
+        sub.add_argument("output", metavar="OUT.beton")
+        sub.add_argument("--name", default="data", help="field name for a single array")
+        sub.set_defaults(run=runner)
+    for sub in kinds.choices.values():
+        sub.add_argument("--num-workers", type=int, default=-1)
+
+    bench = commands.add_parser("bench", help="run the side-by-side benchmark suite")
+    bench.add_argument("--quick", action="store_true", help="small datasets: under 3 minutes")
+    bench.add_argument("--output", default=None, help="directory for results.json, results.md, results.png")
+    bench.set_defaults(run=_bench)
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _quality(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must lie in 1..100, got {text}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     try:
         return arguments.run(arguments)
-    except (BetonError, OSError) as error:
+    except (BetonError, OSError, ValueError) as error:
         print(f"beton {arguments.command}: error: {error}", file=sys.stderr)
         return 1
 

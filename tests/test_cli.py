@@ -38,3 +38,97 @@ def test_bad_input(tmp_path):
     not_beton.write_text("hello" * 1000)
     result = run("info", not_beton)
     assert result.returncode == 1 and "not a beton file" in result.stderr
+
+
+def make_image_folder(root, classes=("cat", "dog"), per_class=3):
+    import cv2
+    import simplejpeg
+
+    from beton.sample_photos import photo_crop
+
+    for label, name in enumerate(classes):
+        folder = root / name
+        folder.mkdir(parents=True)
+        for k in range(per_class):
+            image = photo_crop(label * 10 + k, 40 + k, 50)
+            if k == 0:  # one PNG per class: decoded and re-encoded
+                cv2.imwrite(str(folder / f"{k}.png"), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+            else:
+                (folder / f"{k}.jpg").write_bytes(simplejpeg.encode_jpeg(image, quality=90))
+        (folder / "notes.txt").write_text("not an image")
+    return root
+
+
+def test_convert_imagefolder(tmp_path):
+    import beton
+
+    source = make_image_folder(tmp_path / "train")
+    output = tmp_path / "train.beton"
+    result = run("convert", "imagefolder", source, output, "--max-resolution", "48", "--jpeg-quality", "80",
+                 "--num-workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "labels: 0=cat, 1=dog" in result.stdout
+    with beton.Reader(output) as reader:
+        assert len(reader) == 6
+        assert [reader[i][1] for i in range(6)] == [0, 0, 0, 1, 1, 1]
+        assert all(max(reader[i][0].shape[:2]) <= 50 for i in range(6))
+        assert reader.fields["image"].max_resolution == 48 and reader.fields["image"].jpeg_quality == 80
+    info = run("info", output)
+    assert "longer side histogram" in info.stdout and "100% JPEG" in info.stdout
+
+
+def test_convert_numpy_and_torch(tmp_path):
+    import numpy as np
+    import torch
+
+    import beton
+
+    arrays = {"x": np.arange(24, dtype=np.float32).reshape(6, 2, 2), "y": np.arange(6), "w": np.linspace(0, 1, 6)}
+    np.savez(tmp_path / "data.npz", **arrays)
+    assert run("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton").returncode == 0
+    with beton.Reader(tmp_path / "np.beton") as reader:
+        x, y, w = reader[4]
+        np.testing.assert_array_equal(x, arrays["x"][4])
+        assert (y, w) == (4, arrays["w"][4])
+    torch.save({"t": torch.ones(5, 3, dtype=torch.bfloat16), "label": torch.arange(5)}, tmp_path / "data.pt")
+    assert run("convert", "torch", tmp_path / "data.pt", tmp_path / "t.beton").returncode == 0
+    with beton.Reader(tmp_path / "t.beton") as reader:
+        tensor, label = reader[2]
+        assert tensor.dtype == torch.bfloat16 and tensor.shape == (3,) and label == 2
+
+
+def test_convert_bad_arguments(tmp_path):
+    missing = run("convert", "imagefolder", tmp_path / "nope", tmp_path / "o.beton")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert run("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--write-mode", "png").returncode == 2
+    assert run("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--jpeg-quality", "0").returncode == 2
+    assert run("convert", "frobnicate", tmp_path, tmp_path / "o.beton").returncode == 2
+    empty = run("convert", "imagefolder", tmp_path, tmp_path / "o.beton")  # exists, but no class folders
+    assert empty.returncode == 1 and "no class folders" in empty.stderr
+    uneven = tmp_path / "uneven.npz"
+    import numpy as np
+
+    np.savez(uneven, a=np.zeros(3), b=np.zeros(4))
+    result = run("convert", "numpy", uneven, tmp_path / "u.beton")
+    assert result.returncode == 1 and "same length" in result.stderr
+    assert not (tmp_path / "u.beton").exists()
+
+
+def test_bench_rejects_bad_arguments():
+    assert run("bench", "--frobnicate").returncode == 2
+
+
+def test_bench_quick_runs_with_only_beton_installed(tmp_path):
+    """The whole suite in quick mode; contenders that are not installed are skipped with their reason."""
+    import json
+
+    result = subprocess.run([sys.executable, "-m", "beton.cli", "bench", "--quick", "--output", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    scenarios = report["scenarios"]
+    assert len(scenarios) == 7
+    first = scenarios["a. RRC-160, ~256 px JPEGs"]
+    assert first["images_per_s"]["beton"] > 0 and first["images_per_s"]["decode limit"] > 0
+    assert "DALI (CPU)" in first["skipped"] or "DALI (CPU)" in first["images_per_s"]
+    assert (tmp_path / "results.md").read_text().count("| beton |") == 4

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from beton.errors import PipelineError
 from beton.pipeline.operation import State
 
 
@@ -25,8 +26,11 @@ def require_uint8_images(operation: Any, previous: Any) -> State:
 
 
 def fill_array(fill: Any, channels: int) -> np.ndarray:
-    """A per-channel uint8 fill value from a scalar or a sequence."""
-    values = np.broadcast_to(np.asarray(fill, dtype=np.int64), (channels,))
+    """A per-channel uint8 fill value from a scalar or a sequence of one value per channel."""
+    try:
+        values = np.broadcast_to(np.asarray(fill, dtype=np.int64), (channels,))
+    except ValueError:
+        raise PipelineError(f"fill {fill!r} does not match images of {channels} channels") from None
     if (values < 0).any() or (values > 255).any():
-        raise ValueError(f"fill values must lie in 0..255, got {fill!r}")
+        raise PipelineError(f"fill values must lie in 0..255, got {fill!r}")
     return values.astype(np.uint8).copy()

@@ -41,7 +41,7 @@ class Cutout(JitOperation):
     """Blank a ``crop_size`` square centred on a uniformly random pixel (clipped at the borders)."""
 
     crop_size: int
-    fill: Any = (0, 0, 0)
+    fill: Any = 0
 
     def output_state(self, previous: Any) -> State:
         return require_uint8_images(self, previous)

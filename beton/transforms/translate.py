@@ -36,7 +36,7 @@ class RandomTranslate(JitOperation):
     """Pad by ``padding`` with ``fill`` and take a random same-size window (FFCV's RandomTranslate)."""
 
     padding: int
-    fill: Any = (0, 0, 0)
+    fill: Any = 0
 
     def output_state(self, previous: Any) -> State:
         return require_uint8_images(self, previous)

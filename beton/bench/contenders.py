@@ -1,0 +1,228 @@
+"""The loaders compared by the benchmark suite. Each builder returns an iterable of batches (one pass = one
+epoch, the second element of a batch being its labels) or a string: the reason it is skipped."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterable
+
+import cv2
+import numpy as np
+import simplejpeg
+import torch
+
+from beton import DatasetWriter, Loader, OrderOption
+from beton.bench.data import ArrayDataset, DecodedJpegDataset, JpegDataset
+from beton.fields import IntField, NDArrayField, RGBImageField
+from beton.fields.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.fields.image_crops import center_crop, random_resized_crop
+from beton.fields.rgb_image_decoders import choose_dct_factor
+from beton.pipeline.random import operation_key
+from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
+
+__all__ = ["ImageTask", "beton_images", "torch_images", "ffcv_images", "dali_images", "webdataset_images",
+           "DecodeLimit", "beton_raw", "torch_raw", "ffcv_raw"]
+
+WORKERS = 2
+_LOG_RATIOS = (math.log(3 / 4), math.log(4 / 3))
+
+
+class ImageTask:
+    """What to do with each image: RandomResizedCrop (train) or CenterCrop (validation) to ``size``."""
+
+    def __init__(self, kind: str, size: int, batch_size: int) -> None:
+        if kind not in ("rrc", "center"):
+            raise ValueError(f"kind must be 'rrc' or 'center', got {kind!r}")
+        self.kind, self.size, self.batch_size = kind, size, batch_size
+
+    @property
+    def train(self) -> bool:
+        return self.kind == "rrc"
+
+    def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
+        if self.train:
+            return random_resized_crop(key, sample, height, width, 0.08, 1.0, *_LOG_RATIOS)
+        return center_crop(height, width, 224 / 256)
+
+
+def beton_images(path: str, task: ImageTask, os_cache: bool = True,
+                 order: OrderOption = OrderOption.RANDOM) -> Loader:
+    decoder = RandomResizedCropRGBImageDecoder((task.size, task.size)) if task.train \
+        else CenterCropRGBImageDecoder((task.size, task.size), ratio=224 / 256)
+    image = [decoder, RandomHorizontalFlip(), ToTensor(), ToTorchImage()] if task.train \
+        else [decoder, ToTensor(), ToTorchImage()]
+    return Loader(path, batch_size=task.batch_size, num_workers=WORKERS, order=order, seed=0, os_cache=os_cache,
+                  pipelines={"image": image, "label": [IntDecoder(), ToTensor()]})
+
+
+def write_beton_images(jpegs: list[bytes], path: str) -> str:
+    DatasetWriter(path, {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, num_workers=WORKERS,
+                  progress=False).from_indexed_dataset(JpegDataset(jpegs))
+    return path
+
+
+class _TorchImages(torch.utils.data.Dataset):
+    """What a careful torch user writes: decode (simplejpeg or PIL), crop, resize with cv2/PIL, flip."""
+
+    def __init__(self, jpegs: list[bytes], task: ImageTask, decoder: str) -> None:
+        self.jpegs, self.task, self.decoder = jpegs, task, decoder
+
+    def __len__(self) -> int:
+        return len(self.jpegs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        cv2.setNumThreads(1)
+        key = np.uint64(np.random.randint(0, 2**62))
+        if self.decoder == "pil":
+            return self._pil(index, key), index % 1000
+        image = simplejpeg.decode_jpeg(self.jpegs[index])
+        top, left, height, width = self.task.crop(key, index, image.shape[0], image.shape[1])
+        crop = cv2.resize(image[top : top + height, left : left + width], (self.task.size, self.task.size),
+                          interpolation=cv2.INTER_LINEAR)
+        if self.task.train and np.random.rand() < 0.5:
+            crop = crop[:, ::-1]
+        return torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1), index % 1000
+
+    def _pil(self, index: int, key: np.uint64) -> torch.Tensor:
+        import io
+
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(self.jpegs[index])).convert("RGB")
+        top, left, height, width = self.task.crop(key, index, image.height, image.width)
+        crop = image.resize((self.task.size, self.task.size), Image.BILINEAR,
+                            box=(left, top, left + width, top + height))
+        if self.task.train and np.random.rand() < 0.5:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(crop).copy()).permute(2, 0, 1)
+
+
+def torch_images(jpegs: list[bytes], task: ImageTask, decoder: str = "simplejpeg") -> Iterable | str:
+    if decoder == "pil":
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            return "Pillow is not installed"
+    return torch.utils.data.DataLoader(_TorchImages(jpegs, task, decoder), batch_size=task.batch_size,
+                                       shuffle=task.train, num_workers=WORKERS, persistent_workers=True)
+
+
+def ffcv_images(jpegs: list[bytes], directory: str, task: ImageTask, name: str) -> Iterable | str:
+    try:
+        from ffcv.fields import IntField as FFCVInt, RGBImageField as FFCVImage
+        from ffcv.fields.decoders import IntDecoder as FFCVIntDecoder
+        from ffcv.fields.rgb_image import CenterCropRGBImageDecoder as FFCVCenter
+        from ffcv.fields.rgb_image import RandomResizedCropRGBImageDecoder as FFCVRRC
+        from ffcv.loader import Loader as FFCVLoader, OrderOption as FFCVOrder
+        from ffcv.transforms import RandomHorizontalFlip as FFCVFlip, ToTensor as FFCVToTensor
+        from ffcv.transforms import ToTorchImage as FFCVToTorchImage
+        from ffcv.writer import DatasetWriter as FFCVWriter
+    except ImportError as error:
+        return f"FFCV is not importable ({error})"
+    path = os.path.join(directory, f"ffcv_{name}.beton")
+    if not os.path.exists(path):
+        FFCVWriter(path, {"image": FFCVImage(write_mode="jpg", jpeg_quality=90), "label": FFCVInt()},
+                   num_workers=WORKERS).from_indexed_dataset(DecodedJpegDataset(jpegs))
+    size = (task.size, task.size)
+    image = [FFCVRRC(size), FFCVFlip()] if task.train else [FFCVCenter(size, ratio=224 / 256)]
+    return FFCVLoader(path, batch_size=task.batch_size, num_workers=WORKERS,
+                      order=FFCVOrder.RANDOM if task.train else FFCVOrder.SEQUENTIAL, os_cache=True,
+                      pipelines={"image": [*image, FFCVToTensor(), FFCVToTorchImage()],
+                                 "label": [FFCVIntDecoder(), FFCVToTensor()]})
+
+
+def dali_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return "DALI is not installed (pip install nvidia-dali-cuda120)"
+    return "DALI CPU pipelines are not wired into this suite yet"
+
+
+def webdataset_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
+    try:
+        import webdataset  # noqa: F401
+    except ImportError:
+        return "WebDataset is not installed (pip install webdataset)"
+    return "WebDataset pipelines are not wired into this suite yet"
+
+
+class DecodeLimit:
+    """simplejpeg alone, at the DCT scale beton's decoder picks for each image, in 2 threads: an upper bound."""
+
+    def __init__(self, jpegs: list[bytes], task: ImageTask, seed: int = 0) -> None:
+        self.jpegs, self.task, self.seed, self.epoch = jpegs, task, seed, 0
+
+    def __iter__(self):
+        key = operation_key(self.seed, self.epoch, 0, 0)
+        self.epoch += 1
+        jobs = []
+        for index, data in enumerate(self.jpegs):
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            _, _, crop_height, crop_width = self.task.crop(key, index, height, width)
+            factor = choose_dct_factor(crop_height, crop_width, self.task.size, self.task.size)
+            jobs.append((data, -(-height // factor), -(-width // factor), factor))
+
+        def decode(part):
+            buffer = np.empty(4000 * 4000 * 3, np.uint8)
+            for data, min_height, min_width, factor in part:
+                simplejpeg.decode_jpeg(data, min_height=min_height, min_width=min_width, min_factor=factor,
+                                       buffer=buffer)
+
+        threads = [threading.Thread(target=decode, args=(jobs[k::WORKERS],)) for k in range(WORKERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return iter([(None, range(len(self.jpegs)))])
+
+
+# ---- raw arrays -----------------------------------------------------------------------------------------
+
+def write_beton_raw(images: np.ndarray, labels: np.ndarray, path: str) -> str:
+    DatasetWriter(path, {"image": NDArrayField(images.dtype, images.shape[1:]), "label": IntField()},
+                  num_workers=WORKERS, progress=False).from_indexed_dataset(ArrayDataset(images, labels))
+    return path
+
+
+def beton_raw(path: str, batch_size: int) -> Loader:
+    return Loader(path, batch_size=batch_size, num_workers=WORKERS, order=OrderOption.RANDOM, seed=0)
+
+
+class _MemmapImages(torch.utils.data.Dataset):
+    def __init__(self, image_path: str, labels: np.ndarray) -> None:
+        self.image_path, self.labels, self.images = image_path, labels, None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.images is None:  # opened in each worker process
+            self.images = np.load(self.image_path, mmap_mode="r")
+        return torch.from_numpy(np.array(self.images[index])), int(self.labels[index])
+
+
+def torch_raw(images: np.ndarray, labels: np.ndarray, directory: str, batch_size: int) -> Iterable:
+    path = os.path.join(directory, "raw_images.npy")
+    np.save(path, images)
+    return torch.utils.data.DataLoader(_MemmapImages(path, labels), batch_size=batch_size, shuffle=True,
+                                       num_workers=WORKERS, persistent_workers=True)
+
+
+def ffcv_raw(images: np.ndarray, labels: np.ndarray, directory: str, batch_size: int) -> Iterable | str:
+    try:
+        from ffcv.fields import IntField as FFCVInt, NDArrayField as FFCVArray
+        from ffcv.fields.decoders import IntDecoder as FFCVIntDecoder, NDArrayDecoder as FFCVArrayDecoder
+        from ffcv.loader import Loader as FFCVLoader, OrderOption as FFCVOrder
+        from ffcv.transforms import ToTensor as FFCVToTensor
+        from ffcv.writer import DatasetWriter as FFCVWriter
+    except ImportError as error:
+        return f"FFCV is not importable ({error})"
+    path = os.path.join(directory, "ffcv_raw.beton")
+    FFCVWriter(path, {"image": FFCVArray(images.dtype, images.shape[1:]), "label": FFCVInt()},
+               num_workers=WORKERS).from_indexed_dataset(ArrayDataset(images, labels))
+    return FFCVLoader(path, batch_size=batch_size, num_workers=WORKERS, order=FFCVOrder.RANDOM, os_cache=True,
+                      pipelines={"image": [FFCVArrayDecoder(), FFCVToTensor()],
+                                 "label": [FFCVIntDecoder(), FFCVToTensor()]})

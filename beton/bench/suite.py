@@ -1,0 +1,225 @@
+"""The benchmark suite behind ``beton bench`` and ``benchmarks/compare.py``.
+
+Scenarios, each measured side by side in one run (warm-up epoch, then alternating epochs, median):
+
+a. RandomResizedCrop-160 + flip on ~256 px photo JPEGs      b. the same on ~500 px photos
+c. CenterCrop-224 (validation) on ~256 px photos             d. raw 3x32x32 uint8 arrays (CIFAR-like), batch 512
+e. time to the first batch in a fresh process, cold and warm kernel cache
+f. writer samples/s (JPEG bytes stored as they are; arrays encoded to JPEG)
+g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from the page cache before every
+   epoch: bytes read from storage (/proc/self/io) and images/s
+
+(a)-(c) also report the decode limit: simplejpeg alone decoding the same bytes at the same DCT scales.
+Contenders that are not installed (FFCV, DALI, WebDataset, Pillow) are skipped with the reason printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from beton import DatasetWriter, OrderOption
+from beton.bench import contenders as c
+from beton.bench.data import JpegDataset, make_jpegs, make_raw_images
+from beton.bench.timing import alternating_rates, epoch_rate
+from beton.fields import IntField, RGBImageField
+
+__all__ = ["run_suite"]
+
+
+def _measure(builders: dict[str, Callable[[], Iterable | str]], repeats: int) -> dict:
+    contenders, skipped = {}, {}
+    for name, build in builders.items():
+        built = build()
+        if isinstance(built, str):
+            print(f"  {name}: skipped: {built}")
+            skipped[name] = built
+        else:
+            contenders[name] = built
+    rates = alternating_rates(contenders, repeats)
+    result = {"images_per_s": {name: round(rate) for name, rate in rates.items()}, "skipped": skipped}
+    if "beton" in rates:
+        result["beton_over"] = {name: round(rates["beton"] / rate, 2) for name, rate in rates.items() if name != "beton"}
+    return result
+
+
+def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
+    path = c.write_beton_images(jpegs, os.path.join(directory, f"{name}.beton"))
+    result = _measure({
+        "beton": lambda: c.beton_images(path, task),
+        "decode limit": lambda: c.DecodeLimit(jpegs, task),
+        "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
+        "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
+        "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
+        "DALI (CPU)": lambda: c.dali_images(jpegs, task),
+        "WebDataset": lambda: c.webdataset_images(jpegs, task),
+    }, repeats)
+    result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
+    return result
+
+
+def _raw_scenario(count: int, directory: str, repeats: int) -> dict:
+    images, labels = make_raw_images(count)
+    path = c.write_beton_raw(images, labels, os.path.join(directory, "raw.beton"))
+    return _measure({
+        "beton": lambda: c.beton_raw(path, 512),
+        "FFCV 1.0.2": lambda: c.ffcv_raw(images, labels, directory, 512),
+        "torch DataLoader (memmap)": lambda: c.torch_raw(images, labels, directory, 512),
+    }, repeats)
+
+
+_FIRST_BATCH = textwrap.dedent("""
+    import sys, time
+    start = time.perf_counter()
+    from beton.bench.contenders import ImageTask, beton_images
+    imported = time.perf_counter()
+    loader = beton_images(sys.argv[1], ImageTask("rrc", 160, 64))
+    next(iter(loader))
+    done = time.perf_counter()
+    print(done - start, done - imported)
+""")
+
+
+def _first_batch_scenario(path: str, directory: str) -> dict:
+    """Cold: empty beton and numba caches (every kernel compiles); warm: the second process, same caches."""
+    cache = os.path.join(directory, "fresh-kernel-cache")
+    environment = {**os.environ, "BETON_CACHE_DIR": cache, "NUMBA_CACHE_DIR": os.path.join(cache, "numba")}
+    result = {}
+    for label in ("cold", "warm"):
+        run = subprocess.run([sys.executable, "-c", _FIRST_BATCH, path], capture_output=True, text=True,
+                             check=True, env=environment)
+        total, after_import = map(float, run.stdout.split())
+        result[label] = {"seconds_total": round(total, 2), "seconds_after_imports": round(after_import, 2)}
+    return result
+
+
+def _writer_scenario(jpegs: list[bytes], directory: str) -> dict:
+    result = {}
+    for name, dataset in (("JPEG bytes stored as they are", JpegDataset(jpegs)),
+                          ("arrays encoded to JPEG q90", c.DecodedJpegDataset(jpegs))):
+        path = os.path.join(directory, "writer.beton")
+        start = time.perf_counter()
+        DatasetWriter(path, {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, num_workers=c.WORKERS,
+                      progress=False).from_indexed_dataset(dataset)
+        result[name] = round(len(jpegs) / (time.perf_counter() - start))
+    return {"samples_per_s": result}
+
+
+def _read_bytes() -> int:
+    with open("/proc/self/io") as file:
+        return next(int(line.split()[1]) for line in file if line.startswith("read_bytes"))
+
+
+def _cold_epoch(make_loader: Callable[[], Iterable], path: str) -> tuple[float, int]:
+    """One epoch of a fresh loader after dropping the file from the page cache: (images/s, bytes read).
+
+    The loader is built first and closed after: a live memory map would keep its pages from being dropped.
+    """
+    loader = make_loader()
+    with open(path, "rb") as file:
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    before = _read_bytes()
+    rate = epoch_rate(loader)
+    read = _read_bytes() - before
+    loader.close()
+    return rate, read
+
+
+def _cache_scenario(jpegs: list[bytes], directory: str, repeats: int) -> dict:
+    path = c.write_beton_images(jpegs, os.path.join(directory, "cache.beton"))
+    task = c.ImageTask("rrc", 160, 64)
+    makers = {
+        "OS cache, RANDOM": lambda: c.beton_images(path, task, os_cache=True),
+        "process cache, QUASI_RANDOM": lambda: c.beton_images(path, task, os_cache=False,
+                                                              order=OrderOption.QUASI_RANDOM),
+    }
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in makers}
+    for _ in range(repeats):
+        for name, make in makers.items():
+            runs[name].append(_cold_epoch(make, path))
+    return {name: {"images_per_s": round(float(np.median([r for r, _ in values]))),
+                   "file_bytes": os.path.getsize(path),
+                   "median_bytes_read_per_epoch": int(np.median([b for _, b in values]))}
+            for name, values in runs.items()}
+
+
+def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
+    """Run every scenario; write results.json, results.md and (with matplotlib) results.png."""
+    count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 3)
+    output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
+    os.makedirs(output_dir, exist_ok=True)
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d"), "quick": quick, "images": count, "scenarios": {}}
+    scenarios = result["scenarios"]
+    with tempfile.TemporaryDirectory() as directory:
+        small, large = make_jpegs(count, 256), make_jpegs(count, 500)
+        steps = [
+            ("a. RRC-160, ~256 px JPEGs", lambda: _image_scenario(small, directory, "small", c.ImageTask("rrc", 160, 64), repeats)),
+            ("b. RRC-160, ~500 px JPEGs", lambda: _image_scenario(large, directory, "large", c.ImageTask("rrc", 160, 64), repeats)),
+            ("c. CenterCrop-224, ~256 px JPEGs", lambda: _image_scenario(small, directory, "small", c.ImageTask("center", 224, 64), repeats)),
+            ("d. raw 3x32x32, batch 512", lambda: _raw_scenario(raw_count, directory, repeats)),
+            ("e. first batch in a fresh process", lambda: _first_batch_scenario(os.path.join(directory, "small.beton"), directory)),
+            ("f. writer", lambda: _writer_scenario(small, directory)),
+            ("g. OS vs process cache, page cache dropped", lambda: _cache_scenario(large, directory, repeats)),
+        ]
+        for title, step in steps:
+            print(f"{title} ...", flush=True)
+            scenarios[title] = step()
+    _write_outputs(result, output_dir)
+    return result
+
+
+def _write_outputs(result: dict, output_dir: str) -> None:
+    with open(os.path.join(output_dir, "results.json"), "w") as file:
+        json.dump(result, file, indent=2)
+    markdown = markdown_table(result)
+    with open(os.path.join(output_dir, "results.md"), "w") as file:
+        file.write(markdown)
+    print(markdown)
+    try:
+        _plot(result, os.path.join(output_dir, "results.png"))
+    except ImportError:
+        print("results.png skipped: matplotlib is not installed (pip install matplotlib)")
+
+
+def markdown_table(result: dict) -> str:
+    lines = [f"Machine: {result['machine']}; date {result['date']}; "
+             f"{'quick run' if result['quick'] else 'full run'}, {result['images']} images per image scenario.", "",
+             "| scenario | contender | images/s | beton is × faster |", "|---|---|---|---|"]
+    for title, values in result["scenarios"].items():
+        if "images_per_s" in values and isinstance(values["images_per_s"], dict):
+            for name, rate in values["images_per_s"].items():
+                ratio = values.get("beton_over", {}).get(name, 1.0)
+                lines.append(f"| {title} | {name} | {rate:,} | {ratio:.2f} |")
+    for title, values in result["scenarios"].items():
+        if "images_per_s" not in values or not isinstance(values["images_per_s"], dict):
+            lines += ["", f"{title}: `{json.dumps(values)}`"]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(t, v["images_per_s"]) for t, v in result["scenarios"].items()
+              if isinstance(v.get("images_per_s"), dict)]
+    figure, axes = plt.subplots(len(panels), 1, figsize=(8, 2.2 * len(panels)))
+    for axis, (title, rates) in zip(np.atleast_1d(axes), panels):
+        names = list(rates)
+        axis.barh(names, [rates[n] for n in names], color=["tab:orange" if n == "beton" else "tab:gray" for n in names])
+        axis.set_title(title, fontsize=9)
+        axis.tick_params(labelsize=8)
+        axis.set_xlabel("per second", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
