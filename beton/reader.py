@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from beton import ffcv_format
 from beton import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context
 from beton.fields import BUILTIN_FIELDS
@@ -70,6 +71,14 @@ class Reader:
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage
+        if bytes(self._map[: len(fmt.MAGIC)]) != fmt.MAGIC and ffcv_format.looks_like_ffcv(self._map):
+            self._open_ffcv()
+        else:
+            self._open_beton(custom_fields)
+
+    def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
+        self.format = f"beton v{fmt.FORMAT_VERSION}"
+        self.checksummed = True
         self.header = _read_header(self._map)
         self.num_samples = int(self.header["num_samples"])
         self.page_size = int(self.header["page_size"])
@@ -93,6 +102,26 @@ class Reader:
         self.page_checksums = _typed_table(
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
+        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+
+    def _open_ffcv(self) -> None:
+        """A file written by FFCV (format version 2): read-only, no checksums to check."""
+        tables = ffcv_format.read_ffcv(self._map)
+        self.format = f"FFCV v{ffcv_format.FFCV_VERSION} (read-only, no checksums)"
+        self.checksummed = False
+        self.header = None
+        self.num_samples, self.page_size = tables.num_samples, tables.page_size
+        self.heap_offset, self.heap_size = 0, len(self._map)  # FFCV pages are numbered from the file's start
+        self.num_pages = fmt.page_count(self.heap_size, self.page_size)
+        columns = iter(range(tables.allocation_table.shape[1]))
+        self.descriptors = {
+            name: FieldDescriptor(name, field.stored_type_name(), field.arguments(), field.metadata_dtype,
+                                  next(columns) if field.has_payload else fmt.NO_PAYLOAD)
+            for name, field in zip(tables.names, tables.fields)
+        }
+        self.fields = dict(zip(tables.names, tables.fields))
+        self.data_table, self.allocation_table = tables.data_table, tables.allocation_table
+        self.page_checksums = np.zeros(0, fmt.PAGE_CHECKSUM_DTYPE)
         _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
 
     def _table_bytes(self, name: str) -> np.ndarray:

@@ -1,0 +1,165 @@
+"""Reading files written by FFCV 1.0.x (its format version 2), read-only, into beton's Reader.
+
+FFCV's layout, as documented by the files it writes (see ``../shared/fixtures/ffcv``): a 24-byte header
+(version u2, field count u2, page size u4, sample count u8, allocation table offset u8; C-aligned), then one
+1041-byte descriptor per field (type id u1, name as 16 NUL-padded bytes, 1024 bytes of arguments), then the
+metadata table (one C-aligned record per sample, a member per field), heap pages, and at the end an allocation
+table of (sample id, absolute offset, size) records in the order workers allocated them.
+
+Everything is translated once, on open, into beton's own tables (the data table with beton's metadata dtypes,
+the dense allocation table), so the Loader, its decoders and every pipeline work unchanged. FFCV files carry no
+checksums: offsets and sizes are validated against the file, but a changed payload byte cannot be detected.
+Type ids: 0 float, 1 int, 2 RGB image, 3 bytes, 4 ndarray, 5 JSON; 6 (torch tensor) and custom fields are
+refused with a FieldError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+from beton import format as fmt
+from beton.errors import FieldError, FormatError
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField
+from beton.fields.base import Field
+from beton.fields.rgb_image import IMAGE_MODES
+
+__all__ = ["FFCV_VERSION", "looks_like_ffcv", "read_ffcv", "FFCVTables"]
+
+FFCV_VERSION = 2
+HEADER_DTYPE = np.dtype([("version", "<u2"), ("num_fields", "<u2"), ("page_size", "<u4"), ("num_samples", "<u8"),
+                         ("alloc_table_ptr", "<u8")], align=True)
+FIELD_DTYPE = np.dtype([("type_id", "<u1"), ("name", ("<u1", 16)), ("arguments", ("<u1", 1024))], align=True)
+ALLOCATION_DTYPE = np.dtype([("sample_id", "<u8"), ("ptr", "<u8"), ("size", "<u8")])
+NDARRAY_ARGUMENTS_DTYPE = np.dtype([("shape", "<u8", 32), ("type_length", "<u8")])
+_POINTER_AND_SIZE = np.dtype([("ptr", "<u8"), ("size", "<u8")])
+_IMAGE_METADATA = np.dtype([("mode", "<u1"), ("width", "<u2"), ("height", "<u2"), ("data_ptr", "<u8")])
+_FFCV_JPEG, _FFCV_RAW = 0, 1
+
+#: type id -> (name, FFCV metadata dtype)
+_TYPES = {
+    0: ("float", np.dtype("<f8")),
+    1: ("int", np.dtype("<i8")),
+    2: ("rgb_image", _IMAGE_METADATA),
+    3: ("bytes", _POINTER_AND_SIZE),
+    4: ("ndarray", np.dtype("<u8")),
+    5: ("json", _POINTER_AND_SIZE),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FFCVTables:
+    """An FFCV file expressed as beton's tables."""
+
+    num_samples: int
+    page_size: int
+    names: list[str]
+    fields: list[Field]
+    data_table: np.ndarray
+    allocation_table: np.ndarray  # (num_samples, num_payload_fields) of fmt.ALLOCATION_DTYPE
+
+
+def looks_like_ffcv(file_map: np.ndarray) -> bool:
+    """True for a file that starts like an FFCV version-2 file (it has no magic number to check)."""
+    if len(file_map) < HEADER_DTYPE.itemsize:
+        return False
+    header = file_map[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)[0]
+    page_size = int(header["page_size"])
+    return (int(header["version"]) == FFCV_VERSION and 0 < int(header["num_fields"]) < 1024
+            and page_size > 0 and page_size & (page_size - 1) == 0
+            and int(header["alloc_table_ptr"]) <= len(file_map))
+
+
+def read_ffcv(file_map: np.ndarray) -> FFCVTables:
+    header = file_map[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)[0]
+    num_fields, num_samples = int(header["num_fields"]), int(header["num_samples"])
+    descriptors = _slice(file_map, HEADER_DTYPE.itemsize, num_fields, FIELD_DTYPE, "field descriptors")
+    names = [bytes(d["name"]).split(b"\0")[0].decode("utf-8", "replace") for d in descriptors]
+    type_ids = [int(d["type_id"]) for d in descriptors]
+    for name, type_id in zip(names, type_ids):
+        if type_id not in _TYPES:
+            raise FieldError(f"field {name!r} has FFCV type id {type_id}, which beton does not read")
+    metadata_dtype = np.dtype([(f"f{i}", _TYPES[t][1]) for i, t in enumerate(type_ids)], align=True)
+    metadata = _slice(file_map, HEADER_DTYPE.itemsize + FIELD_DTYPE.itemsize * num_fields, num_samples,
+                      metadata_dtype, "metadata table")
+    allocations = _allocations(file_map, int(header["alloc_table_ptr"]))
+    fields = [_field(type_id, descriptor) for type_id, descriptor in zip(type_ids, descriptors)]
+    data_table = np.zeros(num_samples, np.dtype([(name, field.metadata_dtype) for name, field in zip(names, fields)]))
+    columns = []
+    for index, (name, type_id) in enumerate(zip(names, type_ids)):
+        column = metadata[f"f{index}"]
+        kind = _TYPES[type_id][0]
+        if kind in ("int", "float"):
+            data_table[name]["value"] = column
+        elif kind == "rgb_image":
+            data_table[name]["mode"] = np.where(column["mode"] == _FFCV_JPEG, IMAGE_MODES["jpg"], IMAGE_MODES["raw"])
+            data_table[name]["channels"] = 3
+            data_table[name]["height"], data_table[name]["width"] = column["height"], column["width"]
+        if kind not in ("int", "float"):
+            pointers = column["data_ptr"] if kind == "rgb_image" else column["ptr"] if kind in ("bytes", "json") \
+                else column
+            sizes = _sizes_of(pointers, allocations, name)
+            if kind == "json":  # FFCV appends a NUL separator to every JSON document
+                sizes = sizes - (file_map[(pointers + sizes - 1).astype(np.int64)] == 0) if len(sizes) else sizes
+            columns.append((pointers, sizes))
+    allocation_table = np.zeros((num_samples, len(columns)), fmt.ALLOCATION_DTYPE)
+    for position, (pointers, sizes) in enumerate(columns):
+        allocation_table[:, position]["offset"], allocation_table[:, position]["size"] = pointers, sizes
+    return FFCVTables(num_samples, int(header["page_size"]), names, fields, data_table, allocation_table)
+
+
+def _slice(file_map: np.ndarray, offset: int, count: int, dtype: np.dtype, what: str) -> np.ndarray:
+    end = offset + count * dtype.itemsize
+    if end > len(file_map):
+        raise FormatError(f"FFCV {what} ends at offset {end}, past the end of the file ({len(file_map)} bytes)")
+    return np.frombuffer(file_map[offset:end].tobytes(), dtype)
+
+
+def _allocations(file_map: np.ndarray, offset: int) -> np.ndarray:
+    size = len(file_map) - offset
+    if size % ALLOCATION_DTYPE.itemsize:
+        raise FormatError(f"FFCV allocation table at offset {offset} is {size} bytes, not a whole number of "
+                          f"{ALLOCATION_DTYPE.itemsize}-byte records (truncated?)")
+    table = np.frombuffer(file_map[offset:].tobytes(), ALLOCATION_DTYPE)
+    return table[np.argsort(table["ptr"], kind="stable")]
+
+
+def _sizes_of(pointers: np.ndarray, allocations: np.ndarray, name: str) -> np.ndarray:
+    """Size of each payload, found by its pointer in the (sorted) allocation table."""
+    positions = np.searchsorted(allocations["ptr"], pointers)
+    found = positions < len(allocations)
+    found[found] = allocations["ptr"][positions[found]] == pointers[found]
+    if not found.all():
+        sample = int(np.flatnonzero(~found)[0])
+        error = FormatError(f"payload pointer {int(pointers[sample])} is not in the FFCV allocation table")
+        error.sample, error.field = sample, name
+        raise error
+    return allocations["size"][positions].astype(np.uint64)
+
+
+def _field(type_id: int, descriptor: np.void) -> Field:
+    kind = _TYPES[type_id][0]
+    if kind == "int":
+        return IntField()
+    if kind == "float":
+        return FloatField()
+    if kind == "bytes":
+        return BytesField()
+    if kind == "json":
+        return JSONField()
+    if kind == "rgb_image":
+        return RGBImageField(write_mode="jpg")
+    arguments = descriptor["arguments"]
+    shape_header = arguments[: NDARRAY_ARGUMENTS_DTYPE.itemsize].view(NDARRAY_ARGUMENTS_DTYPE)[0]
+    length = int(shape_header["type_length"])
+    try:
+        description = json.loads(bytes(arguments[NDARRAY_ARGUMENTS_DTYPE.itemsize :][:length]).decode("ascii"))
+        dtype = np.dtype([tuple(item) for item in description])[0]
+    except (ValueError, TypeError, IndexError) as error:
+        raise FormatError(f"FFCV NDArrayField arguments cannot be read: {error}") from None
+    shape = [int(dim) for dim in shape_header["shape"]]
+    while shape and shape[-1] == 0:
+        shape.pop()
+    return NDArrayField(dtype, tuple(shape))

@@ -1,0 +1,97 @@
+"""Files written by FFCV 1.0.2 itself (../shared/fixtures/ffcv) read through Reader and Loader."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import cv2
+import numpy as np
+import pytest
+
+import beton
+from beton import Loader, OrderOption
+from beton.errors import FormatError
+from beton.fields.decoders import (
+    BytesDecoder,
+    CenterCropRGBImageDecoder,
+    FloatDecoder,
+    IntDecoder,
+    JSONDecoder,
+    NDArrayDecoder,
+    RandomResizedCropRGBImageDecoder,
+)
+from beton.transforms import ToTensor
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ffcv"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+ARRAYS = np.load(FIXTURES / "expected_arrays.npz")
+
+
+def psnr(a, b):
+    return 10 * np.log10(255**2 / np.mean((a.astype(np.float64) - b) ** 2))
+
+
+@pytest.mark.parametrize("mode", ["raw", "jpg"])
+def test_reader_gives_back_what_ffcv_wrote(mode):
+    with beton.Reader(FIXTURES / f"ffcv_v2_{mode}.beton") as reader:
+        assert reader.format.startswith("FFCV v2") and not reader.checksummed
+        assert len(reader) == 40 and list(reader.fields) == ["label", "score", "arr", "blob", "meta", "image"]
+        psnrs = []
+        for i, expected in enumerate(EXPECTED):
+            label, score, arr, blob, meta, image = reader[i]
+            assert (label, score, blob.decode(), meta) == (expected["label"], expected["score"], expected["blob"],
+                                                           expected["meta"])
+            np.testing.assert_array_equal(arr, ARRAYS[f"arr_{i}"])
+            reference = ARRAYS[f"image_{i}"]
+            if mode == "raw":
+                np.testing.assert_array_equal(image, reference)
+                continue
+            # JPEG: pixel-identical to OpenCV decoding the stored bytes, and no further from the original than a
+            # fresh quality-90 OpenCV encode of it (FFCV's own encoder).
+            stored = np.frombuffer(reader.payload(i, "image").tobytes(), np.uint8)
+            decoded_by_cv2 = cv2.cvtColor(cv2.imdecode(stored, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+            np.testing.assert_array_equal(image, decoded_by_cv2)
+            _, fresh = cv2.imencode(".jpg", cv2.cvtColor(reference, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
+            fresh = cv2.cvtColor(cv2.imdecode(fresh, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+            assert psnr(image, reference) >= psnr(fresh, reference) - 0.01
+            psnrs.append(psnr(image, reference))
+        if mode == "jpg":
+            assert np.mean(psnrs) > 30  # tiny noisy images: single ones go down to ~24 dB at quality 90
+
+
+@pytest.mark.parametrize("mode", ["raw", "jpg"])
+@pytest.mark.parametrize("os_cache", [True, False])
+def test_loader_runs_the_same_pipelines_on_ffcv_files(mode, os_cache):
+    pipelines = {"label": [IntDecoder(), ToTensor()], "score": [FloatDecoder(), ToTensor()],
+                 "arr": [NDArrayDecoder(), ToTensor()], "blob": [BytesDecoder()], "meta": [JSONDecoder()],
+                 "image": [CenterCropRGBImageDecoder((16, 16), ratio=1.0), ToTensor()]}
+    with Loader(FIXTURES / f"ffcv_v2_{mode}.beton", batch_size=7, num_workers=2, os_cache=os_cache,
+                order=OrderOption.RANDOM, seed=1, pipelines=pipelines) as loader:
+        seen = 0
+        for labels, scores, arrs, blobs, metas, images in loader:
+            for k, label in enumerate(labels.tolist()):
+                i = next(j for j, e in enumerate(EXPECTED) if e["label"] == label)
+                assert scores[k].item() == EXPECTED[i]["score"] and blobs[k].decode() == EXPECTED[i]["blob"]
+                assert metas[k] == EXPECTED[i]["meta"]
+                np.testing.assert_array_equal(arrs[k].numpy(), ARRAYS[f"arr_{i}"])
+                assert images[k].shape == (16, 16, 3)
+                seen += 1
+        assert seen == 40
+    with Loader(FIXTURES / f"ffcv_v2_{mode}.beton", batch_size=8, num_workers=1,
+                pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()]}) as loader:
+        assert sum(len(batch[0]) for batch in loader) == 40
+
+
+def test_verify_and_info_say_ffcv_files_have_no_checksums():
+    report = beton.verify(FIXTURES / "ffcv_v2_raw.beton")
+    assert not report.checksummed and report.num_samples == 40
+
+
+def test_a_truncated_ffcv_file_is_refused(tmp_path):
+    data = (FIXTURES / "ffcv_v2_raw.beton").read_bytes()
+    for length in (30, 2000, len(data) - 5, len(data) - 24):
+        path = tmp_path / "cut.beton"
+        path.write_bytes(data[:length])
+        with pytest.raises(FormatError):
+            beton.Reader(path)
