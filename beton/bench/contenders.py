@@ -73,17 +73,20 @@ class _TorchImages(torch.utils.data.Dataset):
         return len(self.jpegs)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.decoder == "pil":
+            return self._pil(index, np.uint64(np.random.randint(0, 2**62))), index % 1000
+        return self.from_bytes(self.jpegs[index]), index % 1000
+
+    def from_bytes(self, data: bytes) -> torch.Tensor:
         cv2.setNumThreads(1)
         key = np.uint64(np.random.randint(0, 2**62))
-        if self.decoder == "pil":
-            return self._pil(index, key), index % 1000
-        image = simplejpeg.decode_jpeg(self.jpegs[index])
-        top, left, height, width = self.task.crop(key, index, image.shape[0], image.shape[1])
+        image = simplejpeg.decode_jpeg(data)
+        top, left, height, width = self.task.crop(key, 0, image.shape[0], image.shape[1])
         crop = cv2.resize(image[top : top + height, left : left + width], (self.task.size, self.task.size),
                           interpolation=cv2.INTER_LINEAR)
         if self.task.train and np.random.rand() < 0.5:
             crop = crop[:, ::-1]
-        return torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1), index % 1000
+        return torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1)
 
     def _pil(self, index: int, key: np.uint64) -> torch.Tensor:
         import io
@@ -134,19 +137,70 @@ def ffcv_images(jpegs: list[bytes], directory: str, task: ImageTask, name: str) 
 
 
 def dali_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
+    """DALI's CPU pipeline (no GPU): decode with a random or center crop, resize, flip; 2 threads."""
     try:
-        import nvidia.dali  # noqa: F401
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
     except ImportError:
         return "DALI is not installed (pip install nvidia-dali-cuda120)"
-    return "DALI CPU pipelines are not wired into this suite yet"
+    encoded = [np.frombuffer(data, np.uint8) for data in jpegs]
+    labels = [np.array([index % 1000], np.int64) for index in range(len(jpegs))]
+
+    @pipeline_def(batch_size=task.batch_size, num_threads=WORKERS, device_id=None, seed=0)
+    def pipeline():
+        images, label = fn.external_source(source=lambda: (encoded, labels), num_outputs=2, batch=True,
+                                           cycle="raise")
+        if task.train:
+            images = fn.decoders.image_random_crop(images, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_x=task.size, resize_y=task.size)
+            images = fn.flip(images, horizontal=fn.random.coin_flip())
+        else:
+            images = fn.decoders.image(images, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=task.size * 256 // 224)
+            images = fn.crop(images, crop=(task.size, task.size))
+        return fn.transpose(images, perm=[2, 0, 1]), label
+
+    return _DALIEpochs(pipeline, DALIGenericIterator)
 
 
-def webdataset_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
+class _DALIEpochs:
+    """Feeds the whole list once per epoch in batches (external_source), as a list of (images, labels)."""
+
+    def __init__(self, make_pipeline, iterator_class) -> None:
+        self.make_pipeline, self.iterator_class = make_pipeline, iterator_class
+
+    def __iter__(self):
+        pipeline = self.make_pipeline()
+        pipeline.build()
+        for output in self.iterator_class(pipeline, ["image", "label"], auto_reset=False):
+            yield output[0]["image"], output[0]["label"]
+
+
+def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str) -> Iterable | str:
+    """WebDataset: tar shards of .jpg + .cls, decoded and cropped like the torch contender, 2 workers."""
     try:
-        import webdataset  # noqa: F401
+        import webdataset as wds
     except ImportError:
         return "WebDataset is not installed (pip install webdataset)"
-    return "WebDataset pipelines are not wired into this suite yet"
+    os.makedirs(directory, exist_ok=True)
+    shards = []
+    for shard in range(WORKERS * 2):
+        path = os.path.join(directory, f"shard-{shard:03d}.tar")
+        with wds.TarWriter(path) as sink:
+            for index in range(shard, len(jpegs), WORKERS * 2):
+                sink.write({"__key__": f"{index:08d}", "jpg": jpegs[index], "cls": str(index % 1000).encode()})
+        shards.append(path)
+    crop = _TorchImages(jpegs, task, "simplejpeg")
+
+    def decode(sample):
+        return crop.from_bytes(sample["jpg"]), int(sample["cls"])
+
+    dataset = wds.WebDataset(shards, shardshuffle=len(shards) if task.train else False, empty_check=False)
+    dataset = dataset.map(decode)
+    if task.train:
+        dataset = dataset.shuffle(256)
+    # No persistent workers: an iterable dataset's workers would not see the next epoch start (it hangs).
+    return wds.WebLoader(dataset.batched(task.batch_size), batch_size=None, num_workers=WORKERS)
 
 
 class DecodeLimit:

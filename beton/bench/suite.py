@@ -61,7 +61,7 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
         "DALI (CPU)": lambda: c.dali_images(jpegs, task),
-        "WebDataset": lambda: c.webdataset_images(jpegs, task),
+        "WebDataset": lambda: c.webdataset_images(jpegs, task, os.path.join(directory, f"wds-{name}-{task.kind}")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
     return result
@@ -154,6 +154,11 @@ def _cache_scenario(jpegs: list[bytes], directory: str, repeats: int) -> dict:
 
 def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     """Run every scenario; write results.json, results.md and (with matplotlib) results.png."""
+    import cv2
+
+    # Forked DataLoader workers deadlock in OpenCV if its thread pool was started in this process (making the
+    # test photos resizes with cv2): one OpenCV thread here keeps every contender's workers safe.
+    cv2.setNumThreads(1)
     count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 3)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
