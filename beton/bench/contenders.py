@@ -145,11 +145,18 @@ def dali_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
         return "DALI is not installed (pip install nvidia-dali-cuda120)"
     encoded = [np.frombuffer(data, np.uint8) for data in jpegs]
     labels = [np.array([index % 1000], np.int64) for index in range(len(jpegs))]
+    size = task.batch_size
+
+    class Batches:  # one epoch of (images, labels) batches; external_source's cycle="raise" ends the epoch
+        def __iter__(self):
+            order = np.random.permutation(len(encoded)) if task.train else np.arange(len(encoded))
+            for start in range(0, len(order), size):
+                chosen = order[start : start + size]
+                yield [encoded[i] for i in chosen], [labels[i] for i in chosen]
 
     @pipeline_def(batch_size=task.batch_size, num_threads=WORKERS, device_id=None, seed=0)
     def pipeline():
-        images, label = fn.external_source(source=lambda: (encoded, labels), num_outputs=2, batch=True,
-                                           cycle="raise")
+        images, label = fn.external_source(source=Batches(), num_outputs=2, batch=True, cycle="raise")
         if task.train:
             images = fn.decoders.image_random_crop(images, device="cpu", output_type=types.RGB)
             images = fn.resize(images, resize_x=task.size, resize_y=task.size)
