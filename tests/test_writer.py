@@ -98,7 +98,7 @@ def test_a_value_that_does_not_fit_names_sample_and_field(tmp_path, name, field,
     with pytest.raises(EncodeError, match=message) as caught:
         write(tmp_path / "bad.beton", {name: field}, samples, num_workers=num_workers, chunksize=3)
     assert caught.value.sample == 6 and caught.value.field == name
-    assert f"sample 6" in str(caught.value) and repr(name) in str(caught.value)
+    assert "sample 6" in str(caught.value) and repr(name) in str(caught.value)
     assert files_in(tmp_path) == []
 
 
