@@ -24,73 +24,21 @@ import textwrap
 import time
 
 import numpy as np
-import torch
 
 import beton
 from beton import Loader, OrderOption
+from beton.bench import contenders
+from beton.bench.data import ArrayDataset, make_raw_images
+from beton.bench.timing import alternating_rates
 from beton.fields import IntField, NDArrayField
 from beton.fields.decoders import IntDecoder, NDArrayDecoder
-from beton.sample_photos import photo_crop
 from beton.transforms import ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.normalize import NormalizeImage
 
-from beton.bench.timing import alternating_rates
-
 BATCH_SIZE = 512
 WORKERS = 2
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loader_raw.json")
-
-
-def make_arrays(count: int) -> tuple[np.ndarray, np.ndarray]:
-    tiles = np.stack([photo_crop(i, 32, 32) for i in range(min(count, 2000))])  # HWC crops of real photos
-    images = np.ascontiguousarray(tiles[np.arange(count) % len(tiles)].transpose(0, 3, 1, 2))
-    return images, (np.arange(count) % 10).astype(np.int64)
-
-
-class ArrayDataset:
-    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        return self.images[index], int(self.labels[index])
-
-
-class MemmapDataset(torch.utils.data.Dataset):
-    """What a careful torch user writes: a memory-mapped array, one sample per __getitem__."""
-
-    def __init__(self, image_path: str, labels: np.ndarray, shape: tuple[int, ...]) -> None:
-        self.image_path, self.labels, self.shape = image_path, labels, shape
-        self.images = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        if self.images is None:  # opened in each worker process
-            self.images = np.load(self.image_path, mmap_mode="r")
-        return torch.from_numpy(np.array(self.images[index])), int(self.labels[index])
-
-
-def ffcv_contender(images: np.ndarray, labels: np.ndarray, directory: str):
-    try:
-        from ffcv.fields import IntField as FFCVInt, NDArrayField as FFCVArray
-        from ffcv.fields.decoders import IntDecoder as FFCVIntDecoder, NDArrayDecoder as FFCVArrayDecoder
-        from ffcv.loader import Loader as FFCVLoader, OrderOption as FFCVOrder
-        from ffcv.transforms import ToTensor as FFCVToTensor
-        from ffcv.writer import DatasetWriter as FFCVWriter
-    except ImportError as error:
-        print(f"FFCV skipped: {error}")
-        return None
-    path = os.path.join(directory, "ffcv.beton")
-    FFCVWriter(path, {"image": FFCVArray(np.dtype("uint8"), (3, 32, 32)), "label": FFCVInt()},
-               num_workers=WORKERS).from_indexed_dataset(ArrayDataset(images, labels))
-    return FFCVLoader(path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=FFCVOrder.RANDOM, os_cache=True,
-                      pipelines={"image": [FFCVArrayDecoder(), FFCVToTensor()],
-                                 "label": [FFCVIntDecoder(), FFCVToTensor()]})
 
 
 FIRST_BATCH_SCRIPT = textwrap.dedent("""
@@ -123,23 +71,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 samples, 3 repeats")
     arguments = parser.parse_args()
     samples = 10_000 if arguments.quick else arguments.samples
-    images, labels = make_arrays(samples)
+    images, labels = make_raw_images(samples)
     with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "raw.beton")
-        beton.DatasetWriter(path, {"image": NDArrayField(np.uint8, (3, 32, 32)), "label": IntField()},
-                            num_workers=WORKERS, progress=False).from_indexed_dataset(ArrayDataset(images, labels))
-        npy = os.path.join(directory, "images.npy")
-        np.save(npy, images)
-        contenders = {
-            "beton": Loader(path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM, seed=0),
-            "torch DataLoader": torch.utils.data.DataLoader(
-                MemmapDataset(npy, labels, images.shape[1:]), batch_size=BATCH_SIZE, shuffle=True,
-                num_workers=WORKERS, persistent_workers=True),
-        }
-        ffcv = ffcv_contender(images, labels, directory)
-        if ffcv is not None:
-            contenders["FFCV 1.0.2"] = ffcv
-        throughput = alternating_rates(contenders, arguments.repeats)
+        path = contenders.write_beton_raw(images, labels, os.path.join(directory, "raw.beton"))
+        loaders = {"beton": contenders.beton_raw(path, BATCH_SIZE),
+                   "torch DataLoader": contenders.torch_raw(images, labels, directory, BATCH_SIZE)}
+        ffcv = contenders.ffcv_raw(images, labels, directory, BATCH_SIZE)
+        if isinstance(ffcv, str):
+            print(f"FFCV skipped: {ffcv}")
+        else:
+            loaders["FFCV 1.0.2"] = ffcv
+        throughput = alternating_rates(loaders, arguments.repeats)
 
         hwc_path = os.path.join(directory, "hwc.beton")
         beton.DatasetWriter(hwc_path, {"image": NDArrayField(np.uint8, (32, 32, 3)), "label": IntField()},

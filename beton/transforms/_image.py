@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from beton.errors import PipelineError
-from beton.pipeline.operation import State
+from beton.pipeline.operation import JitOperation, State
 
 
 def require_images(operation: Any, previous: Any, dtype: Any = None) -> State:
@@ -34,3 +34,13 @@ def fill_array(fill: Any, channels: int) -> np.ndarray:
     if (values < 0).any() or (values > 255).any():
         raise PipelineError(f"fill values must lie in 0..255, got {fill!r}")
     return values.astype(np.uint8).copy()
+
+
+class InPlaceUint8ImageOperation(JitOperation):
+    """Base of compiled operations that modify uint8 HxWxC images in place (their kernels write into ``dst``)."""
+
+    def output_state(self, previous: Any) -> State:
+        return require_uint8_images(self, previous)
+
+    def in_place(self, previous: State) -> bool:
+        return True

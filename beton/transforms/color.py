@@ -13,9 +13,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.operation import JitOperation, State
 from beton.pipeline.random import uniform
-from beton.transforms._image import require_uint8_images
+from beton.transforms._image import InPlaceUint8ImageOperation
 
 __all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation", "RandomSolarization", "Solarization"]
 
@@ -99,16 +98,8 @@ def _solarization_kernel(src, dst, i, sample, key, args):
                     image[y, x, c] = 255 - image[y, x, c]
 
 
-class _InPlaceImageOperation(JitOperation):
-    def output_state(self, previous: Any) -> State:
-        return require_uint8_images(self, previous)
-
-    def in_place(self, previous: State) -> bool:
-        return True
-
-
 @dataclasses.dataclass(frozen=True)
-class _RandomFactor(_InPlaceImageOperation):
+class _RandomFactor(InPlaceUint8ImageOperation):
     """Shared fields of the factor-drawing operations; subclasses name their kernel."""
 
     magnitude: float
@@ -143,7 +134,7 @@ class RandomSaturation(_RandomFactor):
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomSolarization(_InPlaceImageOperation):
+class RandomSolarization(InPlaceUint8ImageOperation):
     """Invert every value at or above ``threshold``, with probability ``solarization_prob``."""
 
     solarization_prob: float = 0.5

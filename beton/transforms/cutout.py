@@ -9,9 +9,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.operation import JitOperation, State
 from beton.pipeline.random import integer, uniform
-from beton.transforms._image import fill_array, require_uint8_images
+from beton.transforms._image import InPlaceUint8ImageOperation, fill_array
 
 __all__ = ["Cutout", "RandomErasing"]
 
@@ -37,17 +36,11 @@ def _cutout_kernel(src, dst, i, sample, key, args):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cutout(JitOperation):
+class Cutout(InPlaceUint8ImageOperation):
     """Blank a ``crop_size`` square centred on a uniformly random pixel (clipped at the borders)."""
 
     crop_size: int
     fill: Any = 0
-
-    def output_state(self, previous: Any) -> State:
-        return require_uint8_images(self, previous)
-
-    def in_place(self, previous: State) -> bool:
-        return True
 
     def kernel(self) -> Any:
         return _cutout_kernel
@@ -77,7 +70,7 @@ def _erasing_kernel(src, dst, i, sample, key, args):
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomErasing(JitOperation):
+class RandomErasing(InPlaceUint8ImageOperation):
     """torchvision's RandomErasing on uint8 HWC images: with probability ``p`` blank a random rectangle of
     area fraction in ``scale`` and aspect ratio (h/w) in ``ratio``, filled with ``fill``."""
 
@@ -85,12 +78,6 @@ class RandomErasing(JitOperation):
     scale: tuple[float, float] = (0.02, 0.33)
     ratio: tuple[float, float] = (0.3, 3.3)
     fill: Any = 0
-
-    def output_state(self, previous: Any) -> State:
-        return require_uint8_images(self, previous)
-
-    def in_place(self, previous: State) -> bool:
-        return True
 
     def kernel(self) -> Any:
         return _erasing_kernel
