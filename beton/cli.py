@@ -62,13 +62,26 @@ def _image_summary(metadata: np.ndarray) -> list[str]:
     counts = np.histogram(longer, bins=[*_SIZE_BINS, np.iinfo(np.int64).max])[0]
     bins = [f"{low}-{high - 1}" for low, high in zip(_SIZE_BINS, _SIZE_BINS[1:])] + [f">={_SIZE_BINS[-1]}"]
     histogram = ", ".join(f"{label}: {count}" for label, count in zip(bins, counts) if count)
-    jpeg_share = float(np.mean(metadata["mode"] == IMAGE_MODES["jpg"]))
-    return [
+    jpeg_share = float(np.mean(metadata["mode"] != IMAGE_MODES["raw"]))
+    lines = _fidelity_lines(metadata) if "scan_ends" in (metadata.dtype.names or ()) else []
+    return lines + [
         f"      images: height {int(heights.min())}..{int(heights.max())} (median {int(np.median(heights))}), "
         f"width {int(widths.min())}..{int(widths.max())} (median {int(np.median(widths))}), "
         f"{jpeg_share:.0%} JPEG",
         f"      longer side histogram: {histogram}",
     ]
+
+
+def _fidelity_lines(metadata: np.ndarray) -> list[str]:
+    """Mean bytes read per image at each progressive-JPEG fidelity, and the I/O saved against all scans."""
+    scans = metadata["num_scans"].astype(np.int64)
+    ends = metadata["scan_ends"].astype(np.float64)
+    full = ends[np.arange(len(ends)), scans - 1] + 2
+    lines = ["      progressive fidelity (scans read: mean bytes per image, predicted I/O speed-up):"]
+    for k in range(1, int(scans.max()) + 1):
+        read = np.where(scans > k, ends[:, k - 1] + 2, full)  # fewer scans stored: the whole image
+        lines.append(f"        {k:2d}: {read.mean():10.1f} B  x{full.mean() / read.mean():.2f}")
+    return lines
 
 
 def _bytes(count: int) -> str:

@@ -116,6 +116,7 @@ class Loader:
         self._next_epoch = 0
         self._next_position = 0
         self._active: weakref.ref[EpochIterator] | None = None
+        self.fidelity: int | None = None
 
     # ---- epochs -------------------------------------------------------------------------------------------
 
@@ -147,6 +148,15 @@ class Loader:
         self._active = weakref.ref(iterator)
         return iterator
 
+    def set_fidelity(self, scans: int | None) -> None:
+        """Read only the first ``scans`` scans of progressive JPEGs from the next batch on (None: all of them).
+
+        Changes between epochs (a fidelity schedule) need no rewrite; it overrides the decoders' ``fidelity``.
+        """
+        if scans is not None and scans < 1:
+            raise ValueError(f"fidelity must be at least 1 scan, got {scans}")
+        self.fidelity = scans
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
         self._next_epoch, self._next_position = int(epoch), 0
@@ -154,7 +164,7 @@ class Loader:
     def _make_job(self, local: int, index: int, samples: np.ndarray, epoch: int, keys: dict, slot: int) -> BatchJob:
         sources = [self.memory.source(metadata, column, samples, local, slot)
                    for metadata, column in zip(self._metadata, self._columns)]
-        return BatchJob(index, local, samples, epoch, keys, sources, self.seed, self._scratch[slot])
+        return BatchJob(index, local, samples, epoch, keys, sources, self.seed, self._scratch[slot], self.fidelity)
 
     def _run_job(self, job: BatchJob, slot: int) -> tuple:
         try:

@@ -27,6 +27,7 @@ class BatchJob:
     sources: Sequence[Source]  # per output
     seed: int = 0
     scratch: Any = None  # the slot's Scratch
+    fidelity: int | None = None
 
 
 def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob) -> tuple:
@@ -43,7 +44,7 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
         (step,) = stage.steps
         current = values[step.output][:count] if in_buffer[step.output] else values[step.output]
         context = BatchContext(job.samples, job.epoch, job.keys[step.output, step.position], job.index, job.seed,
-                               job.scratch)
+                               job.scratch, job.fidelity)
         with _locate(plan, step, job, None):
             if stage.kind == "sample":
                 destination = buffers[step.buffer]

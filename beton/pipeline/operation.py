@@ -101,7 +101,8 @@ class BatchContext:
     key: np.uint64  # this operation's random key for this epoch
     batch: int = 0  # the batch's number in the epoch
     seed: int = 0
-    scratch: Any = None  # Scratch of the slot: scratch(nbytes) -> a reusable uint8 buffer
+    scratch: Any = None  # Scratch of the slot: scratch(nbytes, purpose) -> a reusable uint8 buffer
+    fidelity: int | None = None  # progressive-JPEG scans to read, set by Loader.set_fidelity (None: all)
 
     def batch_rng(self, purpose: str) -> np.random.Generator:
         """A generator shared by every operation of this batch that names the same purpose (e.g. mixup)."""
@@ -113,19 +114,20 @@ def _purpose_number(purpose: str) -> int:
 
 
 class Scratch:
-    """A grow-only uint8 buffer owned by one batch slot (so by one thread at a time)."""
+    """Grow-only uint8 buffers owned by one batch slot (so by one thread at a time), one per purpose."""
 
     def __init__(self) -> None:
-        self._buffer = np.empty(0, np.uint8)
+        self._buffers: dict[str, np.ndarray] = {}
 
-    def __call__(self, nbytes: int) -> np.ndarray:
-        if self._buffer.size < nbytes:
-            self._buffer = np.empty(nbytes, np.uint8)
-        return self._buffer[:nbytes]
+    def __call__(self, nbytes: int, purpose: str = "default") -> np.ndarray:
+        buffer = self._buffers.get(purpose)
+        if buffer is None or buffer.size < nbytes:
+            buffer = self._buffers[purpose] = np.empty(nbytes, np.uint8)
+        return buffer[:nbytes]
 
     @property
     def nbytes(self) -> int:
-        return self._buffer.size
+        return sum(buffer.size for buffer in self._buffers.values())
 
 
 class Operation(abc.ABC):

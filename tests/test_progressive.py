@@ -1,0 +1,104 @@
+"""Progressive-JPEG fidelity: scans recorded at write time, prefixes read at load time."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import simplejpeg
+
+import beton
+from beton import Loader
+from beton.fields import IntField, RGBImageField
+from beton.fields.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+from beton.fields.rgb_image import progressive_prefix
+from beton.sample_photos import photo_crop
+from beton.transforms import ToTensor
+
+from conftest import write
+
+PHOTOS = [photo_crop(i, 96 + 8 * (i % 3), 128) for i in range(12)]
+
+
+def psnr(a, b):
+    error = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return 99.0 if error == 0 else 10 * math.log10(255**2 / error)
+
+
+@pytest.fixture(scope="module")
+def progressive_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("progressive")
+    colour = write(directory / "colour.beton", {"image": RGBImageField(write_mode="progressive"), "label": IntField()},
+                   [(p, i) for i, p in enumerate(PHOTOS)])
+    grey = write(directory / "grey.beton", {"image": RGBImageField(write_mode="progressive", channels=1)},
+                 [(cv2.cvtColor(p, cv2.COLOR_RGB2GRAY),) for p in PHOTOS[:4]])
+    return {"colour": colour, "grey": grey}
+
+
+def test_scans_are_recorded(progressive_files):
+    for name, expected_scans in (("colour", 10), ("grey", 6)):
+        with beton.Reader(progressive_files[name]) as reader:
+            table = reader.data_table["image"]
+            assert (table["mode"] == 2).all() and (table["num_scans"] == expected_scans).all()
+            for i in range(len(reader)):
+                ends = table["scan_ends"][i][:expected_scans]
+                payload = reader.payload(i, "image")
+                assert (np.diff(ends.astype(np.int64)) > 0).all()
+                assert ends[-1] == payload.size - 2 and payload[-2:].tobytes() == b"\xff\xd9"
+
+
+def test_every_fidelity_reads_its_prefix_and_quality_grows(progressive_files):
+    with beton.Reader(progressive_files["colour"]) as reader:
+        for i in range(len(reader)):
+            record, payload = reader.data_table["image"][i], reader.payload(i, "image")
+            full = simplejpeg.decode_jpeg(payload)
+            sizes, qualities = [], []
+            for k in range(1, 11):
+                prefix = progressive_prefix(payload, record, k, lambda n: np.empty(n, np.uint8))
+                expected = int(record["scan_ends"][k - 1]) + 2  # the scans, then an EOI marker
+                assert prefix.size == expected and prefix[-2:].tobytes() == b"\xff\xd9"
+                sizes.append(prefix.size)
+                image = simplejpeg.decode_jpeg(prefix)
+                qualities.append(psnr(image, full))
+            assert all(b > a for a, b in zip(sizes, sizes[1:]))
+            assert qualities[-1] == 99.0  # all scans: bit-identical to the full progressive JPEG
+            assert all(b >= a - 0.5 for a, b in zip(qualities, qualities[1:])) and qualities[0] < qualities[4] < 99
+            assert psnr(full, PHOTOS[i]) > 30
+
+
+def test_loader_fidelity_from_the_decoder_and_changed_between_epochs(progressive_files):
+    path = progressive_files["colour"]
+
+    def epoch(decoder, fidelity=None):
+        with Loader(path, batch_size=12, num_workers=2, pipelines={"image": [decoder, ToTensor()]}) as loader:
+            loader.set_fidelity(fidelity)
+            images, labels = next(iter(loader))
+            return images.numpy().copy()
+
+    full = epoch(CenterCropRGBImageDecoder((64, 64)))
+    low = epoch(CenterCropRGBImageDecoder((64, 64), fidelity=1))
+    scheduled = epoch(CenterCropRGBImageDecoder((64, 64)), fidelity=1)
+    np.testing.assert_array_equal(low, scheduled)
+    assert not np.array_equal(full, low)
+    assert np.mean([psnr(a, b) for a, b in zip(low, full)]) < np.mean(
+        [psnr(a, b) for a, b in zip(epoch(CenterCropRGBImageDecoder((64, 64), fidelity=5)), full)])
+    with Loader(path, batch_size=12, num_workers=1,
+                pipelines={"image": [RandomResizedCropRGBImageDecoder((32, 32)), ToTensor()]}) as loader:
+        shapes = []
+        for fidelity in (1, 3, None):  # a schedule: one fidelity per epoch, same loader, no rewrite
+            loader.set_fidelity(fidelity)
+            shapes += [tuple(images.shape) for images, _ in loader]
+        assert shapes == [(12, 32, 32, 3)] * 3
+    with pytest.raises(ValueError):
+        loader.set_fidelity(0)
+
+
+def test_info_prints_bytes_per_fidelity(progressive_files):
+    result = subprocess.run([sys.executable, "-m", "beton.cli", "info", str(progressive_files["colour"])],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "progressive fidelity" in result.stdout and " 10: " in result.stdout and "x1.00" in result.stdout
