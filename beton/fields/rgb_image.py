@@ -51,7 +51,7 @@ class RGBImageField(Field):
     """Images of any size; see the module docstring for the write modes.
 
     Args:
-        write_mode: "raw", "jpg", "smart" or "proportion".
+        write_mode: "raw", "jpg", "smart", "proportion" or "progressive".
         max_resolution: longer side limit in pixels (None keeps every image's size).
         jpeg_quality: 1..100, for images this field encodes.
         smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
