@@ -1,0 +1,96 @@
+"""Progressive-JPEG fidelity: bytes read from storage and images/s per number of scans read.
+
+    python benchmarks/fidelity.py [--images N] [--repeats R]
+
+Writes ~500 px photo crops as progressive JPEGs, then for each fidelity k (and all scans) loads one epoch of
+RandomResizedCrop-160 through the OS cache (memory map), twice: with the file dropped from the page cache
+first (bytes read from storage per /proc/self/io: what a slow disk or network file system would have to
+deliver) and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
+The process cache still reads whole pages, so this measures the OS-cache path only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import cv2
+import numpy as np
+
+from beton import DatasetWriter, Loader, OrderOption
+from beton.bench.data import make_jpegs
+from beton.bench.suite import _read_bytes
+from beton.bench.timing import epoch_rate
+from beton.fields import IntField, RGBImageField
+from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.transforms import ToTensor
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "fidelity.json")
+FIDELITIES = (1, 2, 5, 8, None)
+
+
+def one_epoch(path: str, fidelity: int | None, cold: bool) -> tuple[float, int]:
+    loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0,
+                    pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
+                               "label": [IntDecoder(), ToTensor()]})
+    loader.set_fidelity(fidelity)
+    if cold:
+        with open(path, "rb") as file:
+            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    before = _read_bytes()
+    rate = epoch_rate(loader)
+    read = _read_bytes() - before
+    loader.close()
+    return rate, read
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    cv2.setNumThreads(1)
+    jpegs = make_jpegs(arguments.images, 500)
+    rows = {}
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "progressive.beton")
+        DatasetWriter(path, {"image": RGBImageField(write_mode="progressive"), "label": IntField()},
+                      num_workers=2, progress=False).from_indexed_dataset([(j, i) for i, j in enumerate(jpegs)])
+        file_bytes = os.path.getsize(path)
+        one_epoch(path, None, cold=False)  # compile and warm up
+        runs: dict[str, dict[str, list]] = {}
+        for _ in range(arguments.repeats):
+            for fidelity in FIDELITIES:
+                name = "all scans" if fidelity is None else f"{fidelity} scans"
+                entry = runs.setdefault(name, {"cold_rate": [], "cold_bytes": [], "warm_rate": []})
+                rate, read = one_epoch(path, fidelity, cold=True)
+                entry["cold_rate"].append(rate)
+                entry["cold_bytes"].append(read)
+                entry["warm_rate"].append(one_epoch(path, fidelity, cold=False)[0])
+        for name, entry in runs.items():
+            rows[name] = {"bytes_read_per_epoch": int(statistics.median(entry["cold_bytes"])),
+                          "images_per_s_cold": round(statistics.median(entry["cold_rate"])),
+                          "images_per_s_warm": round(statistics.median(entry["warm_rate"]))}
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "file_bytes": file_bytes,
+              "fidelities": rows}
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as file:
+        json.dump(result, file, indent=2)
+    full = rows["all scans"]
+    print(f"{arguments.images} progressive JPEGs (~500 px), file {file_bytes / 2**20:.1f} MiB\n")
+    print("| scans read | bytes read per epoch | vs all scans | images/s, page cache dropped | images/s, warm |")
+    print("|---|---|---|---|---|")
+    for name, row in rows.items():
+        print(f"| {name} | {row['bytes_read_per_epoch'] / 2**20:.1f} MiB | "
+              f"{row['bytes_read_per_epoch'] / max(full['bytes_read_per_epoch'], 1):.2f} | "
+              f"{row['images_per_s_cold']:,} | {row['images_per_s_warm']:,} |")
+
+
+if __name__ == "__main__":
+    main()
