@@ -3,9 +3,9 @@
     python benchmarks/fidelity.py [--images N] [--repeats R]
 
 Writes ~500 px photo crops as progressive JPEGs, then for each fidelity k (and all scans) loads one epoch of
-RandomResizedCrop-160 through the OS cache (memory map), twice: with the file dropped from the page cache
-first (bytes read from storage per /proc/self/io: what a slow disk or network file system would have to
-deliver) and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
+RandomResizedCrop-160 through the OS cache (memory map): with the file dropped from the page cache first
+(bytes read from storage per /proc/self/io: what a slow disk or network file system would have to
+deliver), with and without kernel readahead (``Loader(readahead=False)``), and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
 The process cache still reads whole pages, so this measures the OS-cache path only.
 """
 
@@ -34,8 +34,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "f
 FIDELITIES = (1, 2, 5, 8, None)
 
 
-def one_epoch(path: str, fidelity: int | None, cold: bool) -> tuple[float, int]:
-    loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0,
+def one_epoch(path: str, fidelity: int | None, cold: bool, readahead: bool = True) -> tuple[float, int]:
+    loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0, readahead=readahead,
                     pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
                                "label": [IntDecoder(), ToTensor()]})
     loader.set_fidelity(fidelity)
@@ -67,14 +67,20 @@ def main() -> None:
         for _ in range(arguments.repeats):
             for fidelity in FIDELITIES:
                 name = "all scans" if fidelity is None else f"{fidelity} scans"
-                entry = runs.setdefault(name, {"cold_rate": [], "cold_bytes": [], "warm_rate": []})
+                entry = runs.setdefault(name, {"cold_rate": [], "cold_bytes": [], "warm_rate": [],
+                                               "no_readahead_rate": [], "no_readahead_bytes": []})
                 rate, read = one_epoch(path, fidelity, cold=True)
                 entry["cold_rate"].append(rate)
                 entry["cold_bytes"].append(read)
+                rate, read = one_epoch(path, fidelity, cold=True, readahead=False)
+                entry["no_readahead_rate"].append(rate)
+                entry["no_readahead_bytes"].append(read)
                 entry["warm_rate"].append(one_epoch(path, fidelity, cold=False)[0])
         for name, entry in runs.items():
             rows[name] = {"bytes_read_per_epoch": int(statistics.median(entry["cold_bytes"])),
                           "images_per_s_cold": round(statistics.median(entry["cold_rate"])),
+                          "bytes_read_per_epoch_no_readahead": int(statistics.median(entry["no_readahead_bytes"])),
+                          "images_per_s_cold_no_readahead": round(statistics.median(entry["no_readahead_rate"])),
                           "images_per_s_warm": round(statistics.median(entry["warm_rate"]))}
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
               "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "file_bytes": file_bytes,
@@ -84,12 +90,14 @@ def main() -> None:
         json.dump(result, file, indent=2)
     full = rows["all scans"]
     print(f"{arguments.images} progressive JPEGs (~500 px), file {file_bytes / 2**20:.1f} MiB\n")
-    print("| scans read | bytes read per epoch | vs all scans | images/s, page cache dropped | images/s, warm |")
-    print("|---|---|---|---|---|")
+    print("| scans read | read (readahead) | images/s | read (readahead=False) | vs all scans | images/s | "
+          "images/s, warm |")
+    print("|---|---|---|---|---|---|---|")
     for name, row in rows.items():
-        print(f"| {name} | {row['bytes_read_per_epoch'] / 2**20:.1f} MiB | "
-              f"{row['bytes_read_per_epoch'] / max(full['bytes_read_per_epoch'], 1):.2f} | "
-              f"{row['images_per_s_cold']:,} | {row['images_per_s_warm']:,} |")
+        print(f"| {name} | {row['bytes_read_per_epoch'] / 2**20:.1f} MiB | {row['images_per_s_cold']:,} | "
+              f"{row['bytes_read_per_epoch_no_readahead'] / 2**20:.1f} MiB | "
+              f"{row['bytes_read_per_epoch_no_readahead'] / max(full['bytes_read_per_epoch_no_readahead'], 1):.2f} | "
+              f"{row['images_per_s_cold_no_readahead']:,} | {row['images_per_s_warm']:,} |")
 
 
 if __name__ == "__main__":

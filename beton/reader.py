@@ -165,6 +165,14 @@ class Reader:
         start = self.heap_offset + page * self.page_size
         return start, min(start + self.page_size, self.heap_offset + self.heap_size)
 
+    def advise_random_access(self) -> None:
+        """Tell the kernel not to read ahead on this file's memory map (``MADV_RANDOM``), where supported."""
+        import mmap as mmap_module
+
+        raw = getattr(self._memmap, "_mmap", None)
+        if raw is not None and hasattr(raw, "madvise") and hasattr(mmap_module, "MADV_RANDOM"):
+            raw.madvise(mmap_module.MADV_RANDOM)
+
     @property
     def file_map(self) -> np.ndarray:
         """The whole file as a read-only uint8 memory map."""

@@ -60,3 +60,14 @@ def test_large_payloads_spanning_pages_through_the_process_cache(tmp_path):
             for (batch,) in loader:
                 for array in batch.numpy():
                     assert (array == array[0, 0]).all() and array.shape == (40, 40)
+
+
+def test_os_cache_without_readahead_reads_the_same_data(paged_file):
+    with Loader(paged_file, batch_size=50, num_workers=2, order=OrderOption.RANDOM, seed=3,
+                readahead=False) as loader:
+        seen = []
+        for images, labels in loader:
+            for image, label in zip(images.numpy(), labels.tolist()):
+                np.testing.assert_array_equal(image, small_image(label))
+                seen.append(label)
+        assert sorted(seen) == list(range(600))

@@ -52,6 +52,8 @@ class Loader:
         process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
         kernel_cache_dir: where generated stages and numba's compiled code are kept.
         fuse_stages: False compiles each operation separately (slower; for measuring what fusion gains).
+        readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
+            only touched pages are read from storage (random access, progressive-JPEG fidelity).
         recompile: accepted for FFCV compatibility; unnecessary here, since shapes are fixed at construction.
     """
 
@@ -77,6 +79,7 @@ class Loader:
         process_cache_pages: int | None = None,
         kernel_cache_dir: str | None = None,
         fuse_stages: bool = True,
+        readahead: bool = True,
         recompile: bool = False,
     ) -> None:
         if batch_size < 1:
@@ -109,7 +112,7 @@ class Loader:
             for _ in range(self.num_slots)
         ]
         self._scratch = [Scratch() for _ in range(self.num_slots)]
-        self.memory = OSCache(self.reader) if os_cache else ProcessCache(
+        self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
             self.reader, self.num_slots, process_cache_pages)
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
                 [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])

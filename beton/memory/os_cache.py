@@ -43,10 +43,18 @@ class MemoryCounters:
 
 
 class OSCache:
-    """Sources for decoders from the memory map of the file."""
+    """Sources for decoders from the memory map of the file.
 
-    def __init__(self, reader: Reader) -> None:
+    ``readahead=False`` asks the kernel not to read ahead around each access (``MADV_RANDOM``): for random
+    access to a file larger than RAM, or when decoders read only part of each payload (progressive-JPEG
+    fidelity), only the touched pages are then read from storage. It applies to the whole mapping, hence to
+    every user of this Reader.
+    """
+
+    def __init__(self, reader: Reader, readahead: bool = True) -> None:
         self._reader = reader
+        if not readahead:
+            reader.advise_random_access()
         self._memory = reader.file_map  # read-only: the same numba type as the process cache's staging views
         # Contiguous int64 columns, made once: a batch then needs only two takes, not a structured gather.
         table = reader.allocation_table
