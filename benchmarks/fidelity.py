@@ -20,12 +20,10 @@ import tempfile
 import time
 
 import cv2
-import numpy as np
 
 from beton import DatasetWriter, Loader, OrderOption
 from beton.bench.data import make_jpegs
-from beton.bench.suite import _read_bytes
-from beton.bench.timing import epoch_rate
+from beton.bench.suite import measured_epoch
 from beton.fields import IntField, RGBImageField
 from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.transforms import ToTensor
@@ -35,18 +33,14 @@ FIDELITIES = (1, 2, 5, 8, None)
 
 
 def one_epoch(path: str, fidelity: int | None, cold: bool, readahead: bool = True) -> tuple[float, int]:
-    loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0, readahead=readahead,
-                    pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
-                               "label": [IntDecoder(), ToTensor()]})
-    loader.set_fidelity(fidelity)
-    if cold:
-        with open(path, "rb") as file:
-            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    before = _read_bytes()
-    rate = epoch_rate(loader)
-    read = _read_bytes() - before
-    loader.close()
-    return rate, read
+    def make_loader() -> Loader:
+        loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0, readahead=readahead,
+                        pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
+                                   "label": [IntDecoder(), ToTensor()]})
+        loader.set_fidelity(fidelity)
+        return loader
+
+    return measured_epoch(make_loader, path, drop_page_cache=cold)
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from beton.bench.data import JpegDataset, make_jpegs, make_raw_images
 from beton.bench.timing import alternating_rates, epoch_rate
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite"]
+__all__ = ["run_suite", "measured_epoch"]
 
 
 def _measure(builders: dict[str, Callable[[], Iterable | str]], repeats: int) -> dict:
@@ -119,14 +119,16 @@ def _read_bytes() -> int:
         return next(int(line.split()[1]) for line in file if line.startswith("read_bytes"))
 
 
-def _cold_epoch(make_loader: Callable[[], Iterable], path: str) -> tuple[float, int]:
-    """One epoch of a fresh loader after dropping the file from the page cache: (images/s, bytes read).
+def measured_epoch(make_loader: Callable[[], Iterable], path: str, drop_page_cache: bool = True) -> tuple[float, int]:
+    """One epoch of a fresh loader, by default after dropping the file from the page cache:
+    (images/s, bytes read from storage).
 
     The loader is built first and closed after: a live memory map would keep its pages from being dropped.
     """
     loader = make_loader()
-    with open(path, "rb") as file:
-        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    if drop_page_cache:
+        with open(path, "rb") as file:
+            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     before = _read_bytes()
     rate = epoch_rate(loader)
     read = _read_bytes() - before
@@ -145,7 +147,7 @@ def _cache_scenario(jpegs: list[bytes], directory: str, repeats: int) -> dict:
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in makers}
     for _ in range(repeats):
         for name, make in makers.items():
-            runs[name].append(_cold_epoch(make, path))
+            runs[name].append(measured_epoch(make, path))
     return {name: {"images_per_s": round(float(np.median([r for r, _ in values]))),
                    "file_bytes": os.path.getsize(path),
                    "median_bytes_read_per_epoch": int(np.median([b for _, b in values]))}
