@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from beton import format as fmt
+from beton._cores import usable_cores
 from beton._encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_error, encode_chunk
 from beton._file_builder import FileBuilder, field_table_bytes
 from beton.errors import FieldError, WriterError
@@ -205,7 +206,7 @@ def _check_fields(fields: Mapping[str, Field]) -> None:
 
 def _resolve_num_workers(num_workers: int) -> int:
     if num_workers == -1:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return usable_cores()
     if num_workers < 0:
         raise ValueError(f"num_workers must be -1 (all cores) or >= 0, got {num_workers}")
     return num_workers

@@ -110,7 +110,7 @@ class RGBImageField(Field):
         pixels = self._resized(self._as_pixels(value))
         if self.write_mode == "progressive":
             return self._encode_progressive(pixels)
-        if self._wants_jpeg(pixels, context):
+        if self._choose_jpeg(pixels.nbytes, context):
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
                                              colorspace=_JPEG_COLORSPACES[self.channels], colorsubsampling="420")
             return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
@@ -168,11 +168,6 @@ class RGBImageField(Field):
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
         resized = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
         return resized.reshape(size[1], size[0], self.channels)
-
-    def _wants_jpeg(self, pixels: np.ndarray, context: EncodeContext) -> bool:
-        if self.write_mode == "raw":
-            return False
-        return self._choose_jpeg(pixels.nbytes, context)
 
     def _choose_jpeg(self, raw_size: int, context: EncodeContext) -> bool:
         if self.write_mode in ("raw", "progressive"):  # progressive JPEGs are always made by this field

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from beton._cores import usable_cores
 from beton.errors import PipelineError
 from beton.fields.base import Field
 from beton.loader.epoch import EpochIterator
@@ -239,7 +240,7 @@ def _copy(value: Any) -> Any:
 
 def _resolve_workers(num_workers: int) -> int:
     if num_workers == -1:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return usable_cores()
     if num_workers < 1:
         raise ValueError(f"num_workers must be -1 (all cores) or at least 1, got {num_workers}")
     return num_workers
