@@ -62,12 +62,13 @@ def _image_summary(metadata: np.ndarray) -> list[str]:
     counts = np.histogram(longer, bins=[*_SIZE_BINS, np.iinfo(np.int64).max])[0]
     bins = [f"{low}-{high - 1}" for low, high in zip(_SIZE_BINS, _SIZE_BINS[1:])] + [f">={_SIZE_BINS[-1]}"]
     histogram = ", ".join(f"{label}: {count}" for label, count in zip(bins, counts) if count)
-    jpeg_share = float(np.mean(metadata["mode"] != IMAGE_MODES["raw"]))
+    modes = ", ".join(f"{np.mean(metadata['mode'] == number):.0%} {name}" for name, number in IMAGE_MODES.items()
+                      if np.any(metadata["mode"] == number))
     lines = _fidelity_lines(metadata) if "scan_ends" in (metadata.dtype.names or ()) else []
     return lines + [
         f"      images: height {int(heights.min())}..{int(heights.max())} (median {int(np.median(heights))}), "
         f"width {int(widths.min())}..{int(widths.max())} (median {int(np.median(widths))}), "
-        f"{jpeg_share:.0%} JPEG",
+        f"stored as {modes}",
         f"      longer side histogram: {histogram}",
     ]
 

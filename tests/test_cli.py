@@ -74,7 +74,7 @@ def test_convert_imagefolder(tmp_path):
         assert all(max(reader[i][0].shape[:2]) <= 50 for i in range(6))
         assert reader.fields["image"].max_resolution == 48 and reader.fields["image"].jpeg_quality == 80
     info = run("info", output)
-    assert "longer side histogram" in info.stdout and "100% JPEG" in info.stdout
+    assert "longer side histogram" in info.stdout and "stored as 100% jpg" in info.stdout
 
 
 def test_convert_numpy_and_torch(tmp_path):

@@ -3,6 +3,7 @@ epoch, the second element of a batch being its labels) or a string: the reason i
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import threading
@@ -64,7 +65,7 @@ def write_beton_images(jpegs: list[bytes], path: str) -> str:
 
 
 class _TorchImages(torch.utils.data.Dataset):
-    """What a careful torch user writes: decode (simplejpeg or PIL), crop, resize with cv2/PIL, flip."""
+    """What a careful torch user writes: decode (simplejpeg, PIL, or cv2 for PNG), crop, resize, flip."""
 
     def __init__(self, jpegs: list[bytes], task: ImageTask, decoder: str) -> None:
         self.jpegs, self.task, self.decoder = jpegs, task, decoder
@@ -80,7 +81,10 @@ class _TorchImages(torch.utils.data.Dataset):
     def from_bytes(self, data: bytes) -> torch.Tensor:
         cv2.setNumThreads(1)
         key = np.uint64(np.random.randint(0, 2**62))
-        image = simplejpeg.decode_jpeg(data)
+        if self.decoder == "png":
+            image = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        else:
+            image = simplejpeg.decode_jpeg(data)
         top, left, height, width = self.task.crop(key, 0, image.shape[0], image.shape[1])
         crop = cv2.resize(image[top : top + height, left : left + width], (self.task.size, self.task.size),
                           interpolation=cv2.INTER_LINEAR)
@@ -103,11 +107,9 @@ class _TorchImages(torch.utils.data.Dataset):
 
 
 def torch_images(jpegs: list[bytes], task: ImageTask, decoder: str = "simplejpeg") -> Iterable | str:
-    if decoder == "pil":
-        try:
-            import PIL  # noqa: F401
-        except ImportError:
-            return "Pillow is not installed"
+    """A torch DataLoader over encoded images; ``decoder``: "simplejpeg", "pil" (JPEG) or "png" (cv2)."""
+    if decoder == "pil" and importlib.util.find_spec("PIL") is None:
+        return "Pillow is not installed"
     return torch.utils.data.DataLoader(_TorchImages(jpegs, task, decoder), batch_size=task.batch_size,
                                        shuffle=task.train, num_workers=WORKERS, persistent_workers=True)
 

@@ -13,6 +13,9 @@ Write modes:
   (Progressive Compressed Records, Kuchnik et al., VLDB 2021). Input JPEG bytes are decoded and re-encoded
   at ``jpeg_quality``: pip offers no lossless baseline-to-progressive transcoder, so this costs one
   generation of JPEG loss (about what a quality-90 re-encode loses).
+* ``lossless``: exact pixels (uint8; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.fields.lossless_codec`):
+  about PNG's size on photos, decoded several times faster, and crop decoders decode only the 64x64 tiles
+  their crop touches.
 
 ``max_resolution`` shrinks any image whose longer side is larger, keeping its aspect ratio (INTER_AREA).
 """
@@ -28,11 +31,12 @@ import simplejpeg
 
 from beton.errors import DecodeError, EncodeError, FieldError
 from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.lossless_codec import decode_lossless, encode_lossless
 
 __all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image"]
 
-IMAGE_MODES = {"raw": 0, "jpg": 1, "progressive": 2}
-WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive")
+IMAGE_MODES = {"raw": 0, "jpg": 1, "progressive": 2, "lossless": 3}
+WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive", "lossless")
 JPEG_MODES = (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])
 MAX_SCANS = 16
 _BASE_METADATA = np.dtype([("mode", "u1"), ("channels", "u1"), ("reserved", "<u2"), ("height", "<u4"),
@@ -51,7 +55,7 @@ class RGBImageField(Field):
     """Images of any size; see the module docstring for the write modes.
 
     Args:
-        write_mode: "raw", "jpg", "smart", "proportion" or "progressive".
+        write_mode: "raw", "jpg", "smart", "proportion", "progressive" or "lossless".
         max_resolution: longer side limit in pixels (None keeps every image's size).
         jpeg_quality: 1..100, for images this field encodes.
         smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
@@ -82,8 +86,10 @@ class RGBImageField(Field):
             raise FieldError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         if self.channels not in (1, 3, 4):
             raise FieldError(f"channels must be 1, 3 or 4, got {self.channels}")
-        if self.write_mode != "raw" and (self.channels == 4 or self.dtype != "uint8"):
-            raise FieldError("JPEG stores 1 or 3 channels of uint8: use write_mode='raw' for "
+        if self.write_mode == "lossless" and self.dtype != "uint8":
+            raise FieldError("write_mode='lossless' stores uint8 images: use write_mode='raw' for uint16")
+        if self.write_mode not in ("raw", "lossless") and (self.channels == 4 or self.dtype != "uint8"):
+            raise FieldError("JPEG stores 1 or 3 channels of uint8: use write_mode='raw' or 'lossless' for "
                              f"{self.channels} channels of {self.dtype}")
         if not 1 <= self.jpeg_quality <= 100:
             raise FieldError(f"jpeg_quality must lie in 1..100, got {self.jpeg_quality}")
@@ -110,6 +116,9 @@ class RGBImageField(Field):
         pixels = self._resized(self._as_pixels(value))
         if self.write_mode == "progressive":
             return self._encode_progressive(pixels)
+        if self.write_mode == "lossless":
+            return Encoded((IMAGE_MODES["lossless"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
+                           encode_lossless(pixels))
         if self._choose_jpeg(pixels.nbytes, context):
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
                                              colorspace=_JPEG_COLORSPACES[self.channels], colorsubsampling="420")
@@ -170,7 +179,7 @@ class RGBImageField(Field):
         return resized.reshape(size[1], size[0], self.channels)
 
     def _choose_jpeg(self, raw_size: int, context: EncodeContext) -> bool:
-        if self.write_mode in ("raw", "progressive"):  # progressive JPEGs are always made by this field
+        if self.write_mode in ("raw", "progressive", "lossless"):  # progressive JPEGs: made by this field
             return False
         if self.write_mode == "smart":
             return self.smart_threshold is None or raw_size > self.smart_threshold
@@ -187,6 +196,8 @@ class RGBImageField(Field):
 def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """One stored image at full size, HxWxC (a new array)."""
     height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
+    if metadata["mode"] == IMAGE_MODES["lossless"]:
+        return decode_lossless(payload, height, width, channels)
     if metadata["mode"] not in JPEG_MODES:
         expected = height * width * channels * dtype.itemsize
         if payload.size != expected:

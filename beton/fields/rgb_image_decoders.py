@@ -24,7 +24,8 @@ import simplejpeg
 
 from beton.errors import DecodeError, PipelineError
 from beton.fields.image_crops import center_crop, random_resized_crop
-from beton.fields.rgb_image import _JPEG_COLORSPACES, JPEG_MODES, RGBImageField, progressive_prefix
+from beton.fields.lossless_codec import decode_lossless_region
+from beton.fields.rgb_image import _JPEG_COLORSPACES, IMAGE_MODES, JPEG_MODES, RGBImageField, progressive_prefix
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, SourceState, State
 
 __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder",
@@ -106,6 +107,9 @@ class _CropDecoder(SampleOperation):
             y1 = min(image.shape[0], math.ceil((top + crop_height) * scale_y))
             x1 = min(image.shape[1], math.ceil((left + crop_width) * scale_x))
             region = image[y0:y1, x0:x1]
+        elif metadata["mode"] == IMAGE_MODES["lossless"]:  # only the tiles the crop touches
+            region = decode_lossless_region(payload, height, width, channels, top, left, crop_height, crop_width,
+                                            context.scratch)
         else:
             image = _raw_view(payload, height, width, channels, out.dtype)
             region = image[top : top + crop_height, left : left + crop_width]
@@ -198,5 +202,7 @@ class SimpleRGBImageDecoder(SampleOperation):
                 simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
             except ValueError as error:
                 raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+        elif metadata["mode"] == IMAGE_MODES["lossless"]:
+            out[...] = decode_lossless_region(payload, height, width, channels, 0, 0, height, width, context.scratch)
         else:
             out[...] = _raw_view(payload, height, width, channels, out.dtype)

@@ -1,0 +1,340 @@
+"""A lossless image codec built for crops: independent tiles, byte-aligned bit packing, numba on both ends.
+
+The idea is L3's (Bae et al., ECCV 2022), shaped for CPUs: instead of a sequential entropy coder (PNG's
+deflate), each tile predicts every pixel from its already decoded neighbours and stores the prediction
+residuals bit-packed in groups of eight, so decoding is a tight loop of shifts and adds that numba compiles
+well, tiles decode independently (in parallel, or only those a crop touches), and no tile reads another's bytes.
+
+Per pixel and channel:
+
+* colour transform (3 and 4 channels): planes G, R-G, B-G (mod 256), then alpha; the differences are small on
+  photos, which is most of the gain over PNG;
+* prediction: LOCO-I's median edge detector from the left, upper and upper-left neighbours inside the tile
+  (left only on the tile's first row, upper only on its first column, 0 for its first pixel);
+* residual mod 256 as a signed byte, zig-zag mapped to 0..255;
+* residuals in raster order within the tile, eight to a group; a group stores the bit width w (0..8) of its
+  largest residual and then its eight residuals in exactly w bytes (LSB first).
+
+Payload layout (all little-endian)::
+
+    u8  version (1)       u8  log2(tile side)     u16 zero
+    u32 tile_end[n_tiles]      end of each tile's bytes, counted from the start of the tile data
+    tile data, tiles in raster order; per tile and channel plane: the group widths, two 4-bit widths per
+    byte (low nibble first, rounded up to whole bytes), then the packed groups
+
+On real photos this is 0.85–1.05x PNG's size (``benchmarks/lossless.py``); noise costs 1/16 more than raw and
+flat areas 1/16 of raw (a zero width per group), where PNG does better.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from beton.errors import DecodeError
+
+__all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile_grid", "DEFAULT_TILE_LOG2",
+           "lossless_region_bounds"]
+
+VERSION = 1
+DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: 1-2 % larger than one tile for the whole image, fine-grained crops
+_HEADER = 4
+_GROUP = 8
+
+
+def tile_grid(height: int, width: int, tile_log2: int) -> tuple[int, int]:
+    """Number of tile rows and columns."""
+    tile = 1 << tile_log2
+    return -(-height // tile), -(-width // tile)
+
+
+# ---- encoding ---------------------------------------------------------------------------------------------
+
+
+@numba.njit(nogil=True, cache=True)
+def _forward_planes(image, y0, x0, rows, cols, planes):
+    """Colour-transformed planes of one tile: G, R-G, B-G(, A) for 3-4 channels, the grey plane for 1."""
+    channels = image.shape[2]
+    for y in range(rows):
+        for x in range(cols):
+            if channels == 1:
+                planes[0, y, x] = image[y0 + y, x0 + x, 0]
+            else:
+                green = np.int32(image[y0 + y, x0 + x, 1])
+                planes[0, y, x] = green
+                planes[1, y, x] = (np.int32(image[y0 + y, x0 + x, 0]) - green) & 255
+                planes[2, y, x] = (np.int32(image[y0 + y, x0 + x, 2]) - green) & 255
+                if channels == 4:
+                    planes[3, y, x] = image[y0 + y, x0 + x, 3]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _median_edge(left, above, corner):
+    """LOCO-I's predictor: the median of left, above and left + above - corner (branch-free)."""
+    gradient = left + above - corner
+    return max(min(left, above), min(max(left, above), gradient))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _predict(plane, y, x):
+    if y == 0:
+        return np.int32(plane[y, x - 1]) if x > 0 else np.int32(0)
+    if x == 0:
+        return np.int32(plane[y - 1, x])
+    return _median_edge(np.int32(plane[y, x - 1]), np.int32(plane[y - 1, x]), np.int32(plane[y - 1, x - 1]))
+
+
+@numba.njit(nogil=True, cache=True)
+def _encode_plane(plane, rows, cols, residuals, out, position):
+    count = rows * cols
+    for y in range(rows):
+        for x in range(cols):
+            residual = (np.int32(plane[y, x]) - _predict(plane, y, x)) & 255
+            residuals[y * cols + x] = residual << 1 if residual < 128 else ((256 - residual) << 1) - 1
+    groups = -(-count // _GROUP)
+    for i in range(count, groups * _GROUP):
+        residuals[i] = 0
+    widths_at = position
+    position += (groups + 1) // 2
+    for g in range(groups):
+        largest = 0
+        for j in range(_GROUP):
+            largest = max(largest, residuals[g * _GROUP + j])
+        width = 0
+        while largest >> width:
+            width += 1
+        if g % 2 == 0:
+            out[widths_at + g // 2] = width
+        else:
+            out[widths_at + g // 2] |= width << 4
+        packed = np.uint64(0)
+        for j in range(_GROUP):
+            packed |= np.uint64(residuals[g * _GROUP + j]) << np.uint64(j * width)
+        for b in range(width):
+            out[position + b] = (packed >> np.uint64(8 * b)) & np.uint64(255)
+        position += width
+    return position
+
+
+@numba.njit(nogil=True, cache=True)
+def _encode_tiles(image, tile_log2, out, tile_ends, data_start):
+    height, width, channels = image.shape
+    tile = 1 << tile_log2
+    tile_rows, tile_cols = -(-height // tile), -(-width // tile)
+    planes = np.zeros((channels, tile, tile), np.uint8)
+    residuals = np.empty(tile * tile, np.int32)
+    position = data_start
+    for ty in range(tile_rows):
+        for tx in range(tile_cols):
+            y0, x0 = ty * tile, tx * tile
+            rows, cols = min(tile, height - y0), min(tile, width - x0)
+            _forward_planes(image, y0, x0, rows, cols, planes)
+            for c in range(channels):
+                position = _encode_plane(planes[c], rows, cols, residuals, out, position)
+            tile_ends[ty * tile_cols + tx] = position - data_start
+    return position
+
+
+def encode_lossless(image: np.ndarray, tile_log2: int = DEFAULT_TILE_LOG2) -> bytes:
+    """Encode an HxWxC uint8 image (C in 1, 3, 4) losslessly."""
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+        raise ValueError(f"lossless encoding takes HxWx1/3/4 uint8 images, got {image.dtype} {image.shape}")
+    if not 2 <= tile_log2 <= 12:
+        raise ValueError(f"tile_log2 must lie in 2..12, got {tile_log2}")
+    height, width, channels = image.shape
+    tile = 1 << tile_log2
+    n_tiles = math.prod(tile_grid(height, width, tile_log2))
+    data_start = _HEADER + 4 * n_tiles
+    pixels_per_tile = tile * tile
+    worst_case = data_start + n_tiles * channels * (pixels_per_tile + pixels_per_tile // 16 + 2)
+    out = np.zeros(worst_case, np.uint8)
+    tile_ends = np.zeros(n_tiles, np.uint32)
+    end = _encode_tiles(np.ascontiguousarray(image), tile_log2, out, tile_ends, data_start)
+    out[0], out[1] = VERSION, tile_log2
+    out[_HEADER:data_start] = tile_ends.astype("<u4").view(np.uint8)
+    return out[:end].tobytes()
+
+
+# ---- decoding ---------------------------------------------------------------------------------------------
+
+
+@numba.njit(nogil=True, cache=True)
+def _decode_plane(payload, position, end, plane, rows, cols, residuals):
+    """Decode one plane starting at ``position``; returns the position after it, or -1 if it overruns ``end``."""
+    count = rows * cols
+    groups = -(-count // _GROUP)
+    widths_at = position
+    position += (groups + 1) // 2
+    if position > end:
+        return -1
+    for g in range(groups):
+        width = (payload[widths_at + g // 2] >> (4 * (g % 2))) & 15
+        if width > 8 or position + width > end:
+            return -1
+        packed = np.uint64(0)
+        for b in range(width):
+            packed |= np.uint64(payload[position + b]) << np.uint64(8 * b)
+        position += width
+        mask = np.uint64((1 << width) - 1)
+        for j in range(_GROUP):
+            residuals[g * _GROUP + j] = np.int32((packed >> np.uint64(j * width)) & mask)
+    _unpredict(residuals, plane, rows, cols)
+    return position
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _unzigzag(value):
+    return (value >> 1) ^ -(value & 1)
+
+
+@numba.njit(nogil=True, cache=True)
+def _unpredict(residuals, plane, rows, cols):
+    """Rebuild a plane from its zig-zag residuals; edge rows and columns apart, so the inner loop has no tests."""
+    left = np.int32(0)
+    for x in range(cols):
+        left = (left + _unzigzag(residuals[x])) & 255
+        plane[0, x] = left
+    for y in range(1, rows):
+        row = residuals[y * cols : (y + 1) * cols]
+        left = (np.int32(plane[y - 1, 0]) + _unzigzag(row[0])) & 255
+        plane[y, 0] = left
+        corner = np.int32(plane[y - 1, 0])
+        for x in range(1, cols):
+            above = np.int32(plane[y - 1, x])
+            left = (_median_edge(left, above, corner) + _unzigzag(row[x])) & 255
+            plane[y, x] = left
+            corner = above
+
+
+@numba.njit(nogil=True, cache=True)
+def _inverse_planes(planes, rows, cols, out, y0, x0):
+    if out.shape[2] == 1:
+        out[y0 : y0 + rows, x0 : x0 + cols, 0] = planes[0, :rows, :cols]
+        return
+    for y in range(rows):
+        target = out[y0 + y]
+        for x in range(cols):
+            green = planes[0, y, x]
+            target[x0 + x, 0] = planes[1, y, x] + green  # uint8 arithmetic wraps mod 256
+            target[x0 + x, 1] = green
+            target[x0 + x, 2] = planes[2, y, x] + green
+    if out.shape[2] == 4:
+        out[y0 : y0 + rows, x0 : x0 + cols, 3] = planes[3, :rows, :cols]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _tile_end(payload, index):
+    """Entry ``index`` of the tile table, read bytewise: payloads in a page need not be 4-byte aligned."""
+    at = _HEADER + 4 * index
+    return (np.int64(payload[at]) | np.int64(payload[at + 1]) << 8 | np.int64(payload[at + 2]) << 16
+            | np.int64(payload[at + 3]) << 24)
+
+
+@numba.njit(nogil=True, cache=True)
+def _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0, ty, tx, planes,
+                 residuals, out):
+    """Decode tile (ty, tx) into ``out``, whose pixel (0, 0) is tile (ty0, tx0)'s. False on corrupt data."""
+    tile = 1 << tile_log2
+    start = data_start + (_tile_end(payload, index - 1) if index > 0 else 0)
+    end = data_start + _tile_end(payload, index)
+    if end > payload.size or start > end:
+        return False
+    rows, cols = min(tile, height - ty * tile), min(tile, width - tx * tile)
+    position = start
+    for c in range(out.shape[2]):
+        position = _decode_plane(payload, position, end, planes[c], rows, cols, residuals)
+        if position < 0:
+            return False
+    if position != end:
+        return False
+    _inverse_planes(planes, rows, cols, out, (ty - ty0) * tile, (tx - tx0) * tile)
+    return True
+
+
+@numba.njit(nogil=True, cache=True)
+def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out):
+    """Decode tile rows ty0..ty1-1 and columns tx0..tx1-1 into ``out``; the first bad tile's index or -1."""
+    tile_cols = -(-width // (1 << tile_log2))
+    n_tiles = -(-height // (1 << tile_log2)) * tile_cols
+    data_start = _HEADER + 4 * n_tiles
+    for ty in range(ty0, ty1):
+        for tx in range(tx0, tx1):
+            index = ty * tile_cols + tx
+            if not _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0, ty,
+                                tx, planes, residuals, out):
+                return index
+    return -1
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _decode_tiles_parallel(payload, height, width, tile_log2, out):
+    """Every tile, in parallel (numba threads); the number of bad tiles."""
+    tile = 1 << tile_log2
+    tile_cols = -(-width // tile)
+    n_tiles = -(-height // tile) * tile_cols
+    data_start = _HEADER + 4 * n_tiles
+    bad = 0
+    for index in numba.prange(n_tiles):
+        planes = np.empty((out.shape[2], tile, tile), np.uint8)
+        residuals = np.empty(tile * tile, np.int32)
+        if not _decode_tile(payload, data_start, index, height, width, tile_log2, 0, 0,
+                            index // tile_cols, index % tile_cols, planes, residuals, out):
+            bad += 1
+    return bad
+
+
+def _check_header(payload: np.ndarray, height: int, width: int) -> int:
+    if payload.size < _HEADER or payload[0] != VERSION or not 2 <= payload[1] <= 12:
+        raise DecodeError("lossless image: bad header (version or tile size)")
+    tile_log2 = int(payload[1])
+    n_tiles = math.prod(tile_grid(height, width, tile_log2))
+    if payload.size < _HEADER + 4 * n_tiles:
+        raise DecodeError(f"lossless image: {payload.size} bytes cannot hold the table of {n_tiles} tiles")
+    return tile_log2
+
+
+def lossless_region_bounds(payload: np.ndarray, height: int, width: int, top: int, left: int, rows: int,
+                           cols: int) -> tuple[int, int, int, int, int]:
+    """(tile_log2, first tile row, end tile row, first tile column, end tile column) covering a region."""
+    tile_log2 = _check_header(payload, height, width)
+    tile = 1 << tile_log2
+    return tile_log2, top // tile, -(-(top + rows) // tile), left // tile, -(-(left + cols) // tile)
+
+
+def decode_lossless_region(payload: np.ndarray, height: int, width: int, channels: int, top: int, left: int,
+                           rows: int, cols: int, scratch) -> np.ndarray:
+    """The region [top:top+rows, left:left+cols] of a stored image, decoding only the tiles it touches.
+
+    ``scratch(nbytes, purpose)`` gives reusable uint8 buffers (the decoded tiles, per-tile work planes), so a
+    loader thread never allocates per image. Returns a view into the tiles' buffer.
+    """
+    tile_log2, ty0, ty1, tx0, tx1 = lossless_region_bounds(payload, height, width, top, left, rows, cols)
+    tile = 1 << tile_log2
+    span_height = min(height, ty1 * tile) - ty0 * tile
+    span_width = min(width, tx1 * tile) - tx0 * tile
+    out = scratch(span_height * span_width * channels, "tiles").reshape(span_height, span_width, channels)
+    planes = scratch(channels * tile * tile, "planes").reshape(channels, tile, tile)
+    residuals = scratch(4 * tile * tile, "residuals").view(np.int32)
+    bad = _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out)
+    if bad >= 0:
+        raise DecodeError(f"lossless image: tile {bad} is corrupt")
+    y, x = top - ty0 * tile, left - tx0 * tile
+    return out[y : y + rows, x : x + cols]
+
+
+def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int, parallel: bool = False
+                    ) -> np.ndarray:
+    """The whole image as a new HxWxC uint8 array; ``parallel`` decodes its tiles on numba's threads."""
+    payload = np.frombuffer(payload, np.uint8) if not isinstance(payload, np.ndarray) else payload
+    if not parallel:
+        buffers: dict[str, np.ndarray] = {}
+        region = decode_lossless_region(payload, height, width, channels, 0, 0, height, width,
+                                        lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)))
+        return np.array(region)
+    tile_log2 = _check_header(payload, height, width)
+    out = np.empty((height, width, channels), np.uint8)
+    if _decode_tiles_parallel(payload, height, width, tile_log2, out):
+        raise DecodeError("lossless image: a tile is corrupt")
+    return out
