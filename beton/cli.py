@@ -153,6 +153,25 @@ def _convert_torch(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(arguments: argparse.Namespace) -> int:
+    from beton.tune import tune
+
+    bandwidth = arguments.read_bandwidth * 1e6 if arguments.read_bandwidth is not None else None
+    profile, plan = tune(arguments.source, arguments.output, field=arguments.field, batch_size=arguments.batch_size,
+                         cores=arguments.cores, read_bandwidth=bandwidth, output_size=arguments.output_size,
+                         num_workers=arguments.num_workers,
+                         progress=arguments.output is not None)
+    source = "given" if bandwidth is not None else "measured"
+    print(f"host: {profile.cores} decoding cores; JPEG decode {profile.decode_seconds_per_pixel * 1e9:.2f} ns/pixel "
+          f"+ {profile.decode_seconds_per_byte * 1e9:.2f} ns/byte; resize {profile.resize_seconds_per_image * 1e6:.0f} "
+          f"us/image; read {profile.read_bytes_per_second / 1e6:,.0f} "
+          f"MB/s ({source})")
+    print(plan.describe())
+    if arguments.output is not None:
+        print(f"wrote {arguments.output}: load it with order=OrderOption.BALANCED")
+    return 0
+
+
 def _bench(arguments: argparse.Namespace) -> int:
     from beton.bench import run_suite
 
@@ -167,7 +186,7 @@ def _existing_path(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beton", description="Inspect, check, convert and benchmark .beton files.")
+    parser = argparse.ArgumentParser(prog="beton", description="Inspect, check, convert, tune and benchmark .beton files.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
     info.add_argument("file")
@@ -194,6 +213,18 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=runner)
     for sub in kinds.choices.values():
         sub.add_argument("--num-workers", type=int, default=-1)
+
+    tuning = commands.add_parser("tune", help="store some images raw so decoding and reading balance on this host")
+    tuning.add_argument("source", type=_existing_path, metavar="IN.beton")
+    tuning.add_argument("-o", "--output", default=None, metavar="OUT.beton", help="write the balanced file")
+    tuning.add_argument("--field", default=None, help="the image field (default: the only one)")
+    tuning.add_argument("--batch-size", type=_positive, default=64, help="same raw count in every batch of this size")
+    tuning.add_argument("--cores", type=_positive, default=None, help="decoding threads (default: usable cores)")
+    tuning.add_argument("--read-bandwidth", type=float, default=None, metavar="MB/S",
+                        help="plan for this read rate instead of measuring the file's storage")
+    tuning.add_argument("--output-size", type=_positive, default=224, help="the crop decoders' output side")
+    tuning.add_argument("--num-workers", type=int, default=-1)
+    tuning.set_defaults(run=_tune)
 
     bench = commands.add_parser("bench", help="run the side-by-side benchmark suite")
     bench.add_argument("--quick", action="store_true", help="small datasets: under 3 minutes")

@@ -179,14 +179,14 @@ class Reader:
         return self._map
 
     def close(self) -> None:
-        mmap = getattr(getattr(self, "_memmap", None), "_mmap", None)
+        """Drop this reader's references to the memory map.
+
+        The map itself is unmapped when the last array viewing it is garbage collected: numpy views do not
+        count as buffer exports of the mmap object, so closing it here would leave views handed out earlier
+        (tables, payloads) pointing at unmapped memory, and reading them would crash the process.
+        """
         self._map = self._memmap = None
         self.data_table = self.allocation_table = self.page_checksums = None
-        if mmap is not None:
-            try:
-                mmap.close()
-            except BufferError:
-                pass  # views handed out still use it; it closes when they are garbage collected
 
     def __enter__(self) -> Reader:
         return self

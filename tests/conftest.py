@@ -22,6 +22,10 @@ settings.register_profile(
 settings.load_profile("beton")
 
 
+#: Orders that apply to any file (BALANCED needs an RGBImageField: see test_balanced.py).
+ANY_FILE_ORDERS = [order for order in beton.OrderOption if order is not beton.OrderOption.BALANCED]
+
+
 class ListDataset:
     """An indexed dataset over a list of sample tuples."""
 

@@ -7,13 +7,15 @@ import sys
 
 import torch.distributed as dist
 
-from beton import Loader, OrderOption
+from beton import Loader
+
+from conftest import ANY_FILE_ORDERS
 
 
 def main(path: str, rendezvous: str, rank: int, world_size: int, output: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
     seen = {}
-    for order in OrderOption:
+    for order in ANY_FILE_ORDERS:
         with Loader(path, batch_size=16, num_workers=2, order=order, seed=9, distributed=True,
                     indices=range(202), quasi_random_window=2) as loader:
             seen[order.name] = {"len": len(loader),

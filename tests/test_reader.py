@@ -81,3 +81,12 @@ def test_arrays_read_back_do_not_depend_on_the_open_file(mixed_file):
     reader.close()
     array[0, 0] = 1.0  # a private, writable copy
     assert array.sum() == 9 * 11 + 1
+
+
+def test_arrays_taken_from_a_reader_stay_readable_after_it_closes(mixed_file):
+    # Views outlive the reader; unmapping on close() would make reading them crash the process.
+    with beton.Reader(mixed_file) as reader:
+        table, allocation, payload = reader.data_table["label"], reader.allocation_table, reader.payload(5, "blob")
+        expected = (table.copy(), allocation.copy(), payload.copy())
+    for view, copy in zip((table, allocation, payload), expected):
+        assert view.tobytes() == copy.tobytes()

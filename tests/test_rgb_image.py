@@ -132,6 +132,27 @@ def test_smart_and_proportion_modes(tmp_path):
         assert 0.18 < reader.data_table["image"]["mode"].mean() < 0.32
 
 
+def test_proportion_draws_once_per_jpeg_given_as_bytes(tmp_path):
+    # A JPEG drawn to be stored raw must end up raw, not be re-encoded by a second draw.
+    jpegs = [(simplejpeg.encode_jpeg(photo_crop(i, 16, 16), quality=90),) for i in range(400)]
+    path = write(tmp_path / "p.beton", {"image": RGBImageField(write_mode="proportion", compress_probability=0.5)},
+                 jpegs)
+    with beton.Reader(path) as reader:
+        modes = reader.data_table["image"]["mode"]
+        assert 0.42 < modes.mean() < 0.58
+        for i in np.flatnonzero(modes == 1)[:20]:
+            assert bytes(reader.payload(int(i), "image")) == jpegs[i][0]
+
+
+def test_balanced_mode_keeps_jpeg_bytes_and_stores_pixels_raw(tmp_path):
+    jpeg, pixels = simplejpeg.encode_jpeg(photo_crop(0, 16, 24), quality=90), photo_crop(1, 20, 12)
+    path = write(tmp_path / "b.beton", {"image": RGBImageField(write_mode="balanced")}, [(jpeg,), (pixels,)])
+    with beton.Reader(path) as reader:
+        assert reader.data_table["image"]["mode"].tolist() == [1, 0]
+        assert bytes(reader.payload(0, "image")) == jpeg
+        np.testing.assert_array_equal(reader[1][0], pixels)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"write_mode": "png"}, "write_mode"), ({"write_mode": "jpg", "channels": 4}, "JPEG stores"),
     ({"dtype": "float32"}, "dtype"), ({"jpeg_quality": 0}, "jpeg_quality"), ({"channels": 2}, "channels"),

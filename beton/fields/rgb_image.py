@@ -13,6 +13,10 @@ Write modes:
   (Progressive Compressed Records, Kuchnik et al., VLDB 2021). Input JPEG bytes are decoded and re-encoded
   at ``jpeg_quality``: pip offers no lossless baseline-to-progressive transcoder, so this costs one
   generation of JPEG loss (about what a quality-90 re-encode loses).
+* ``balanced``: JPEG bytes are stored as they are, pixel arrays raw: the raw/JPEG mix is chosen by whoever
+  builds the dataset, normally ``beton tune`` (:mod:`beton.tune`), which picks the images whose raw storage saves
+  the most decode time per extra byte; read it with ``OrderOption.BALANCED`` so every batch gets the same mix.
+  JPEG bytes that need resizing (``max_resolution``) are stored raw.
 * ``lossless``: exact pixels (uint8; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.fields.lossless_codec`):
   about PNG's size on photos, decoded several times faster, and crop decoders decode only the 64x64 tiles
   their crop touches.
@@ -36,7 +40,7 @@ from beton.fields.lossless_codec import decode_lossless, encode_lossless
 __all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image"]
 
 IMAGE_MODES = {"raw": 0, "jpg": 1, "progressive": 2, "lossless": 3}
-WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive", "lossless")
+WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive", "balanced", "lossless")
 JPEG_MODES = (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])
 MAX_SCANS = 16
 _BASE_METADATA = np.dtype([("mode", "u1"), ("channels", "u1"), ("reserved", "<u2"), ("height", "<u4"),
@@ -55,7 +59,7 @@ class RGBImageField(Field):
     """Images of any size; see the module docstring for the write modes.
 
     Args:
-        write_mode: "raw", "jpg", "smart", "proportion", "progressive" or "lossless".
+        write_mode: "raw", "jpg", "smart", "proportion", "progressive", "balanced" or "lossless".
         max_resolution: longer side limit in pixels (None keeps every image's size).
         jpeg_quality: 1..100, for images this field encodes.
         smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
@@ -109,17 +113,22 @@ class RGBImageField(Field):
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:2]) == _JPEG_MAGIC:
-            stored = self._encode_jpeg_bytes(bytes(value), context)
-            if stored is not None:
-                return stored
-            value = _decode_for_rewrite(bytes(value), self.channels)
-        pixels = self._resized(self._as_pixels(value))
+            data = bytes(value)
+            height, width, decodable = _jpeg_header(data)
+            wants_jpeg = self._choose_jpeg(height * width * self.channels, context, given_jpeg=True)
+            keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
+            if wants_jpeg and keeps_size and decodable:  # stored as they are: no generation loss
+                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), data)
+            pixels = self._resized(self._as_pixels(_decode_for_rewrite(data, self.channels)))
+        else:
+            pixels = self._resized(self._as_pixels(value))
+            wants_jpeg = self._choose_jpeg(pixels.nbytes, context, given_jpeg=False)
         if self.write_mode == "progressive":
             return self._encode_progressive(pixels)
         if self.write_mode == "lossless":
             return Encoded((IMAGE_MODES["lossless"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
                            encode_lossless(pixels))
-        if self._choose_jpeg(pixels.nbytes, context):
+        if wants_jpeg:
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
                                              colorspace=_JPEG_COLORSPACES[self.channels], colorsubsampling="420")
             return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
@@ -140,19 +149,6 @@ class RGBImageField(Field):
         metadata = (IMAGE_MODES["progressive"], self.channels, 0, pixels.shape[0], pixels.shape[1], len(ends),
                     (0, 0, 0), scan_ends)
         return Encoded(metadata, payload)
-
-    def _encode_jpeg_bytes(self, data: bytes, context: EncodeContext) -> Encoded | None:
-        """Store JPEG bytes unchanged if the mode and size allow; None means 'decode and re-encode'."""
-        try:
-            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-        except ValueError as error:
-            raise EncodeError(f"JPEG bytes cannot be read: {error}") from None
-        keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
-        decodable = colorspace in ("Gray", "YCbCr", "RGB")  # CMYK/YCCK: libjpeg-turbo cannot give RGB
-        raw_size = height * width * self.channels
-        if keeps_size and decodable and self._choose_jpeg(raw_size, context):
-            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), data)
-        return None
 
     def _as_pixels(self, value: Any) -> np.ndarray:
         if not isinstance(value, np.ndarray):
@@ -178,9 +174,12 @@ class RGBImageField(Field):
         resized = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
         return resized.reshape(size[1], size[0], self.channels)
 
-    def _choose_jpeg(self, raw_size: int, context: EncodeContext) -> bool:
+    def _choose_jpeg(self, raw_size: int, context: EncodeContext, given_jpeg: bool) -> bool:
+        """Whether this sample is stored as a (baseline) JPEG; decided once per sample (one random draw)."""
         if self.write_mode in ("raw", "progressive", "lossless"):  # progressive JPEGs: made by this field
             return False
+        if self.write_mode == "balanced":
+            return given_jpeg
         if self.write_mode == "smart":
             return self.smart_threshold is None or raw_size > self.smart_threshold
         if self.write_mode == "proportion":
@@ -210,6 +209,15 @@ def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype)
     if image.shape[:2] != (height, width):
         raise DecodeError(f"JPEG is {image.shape[1]}x{image.shape[0]}, metadata says {width}x{height}")
     return image.reshape(height, width, channels)
+
+
+def _jpeg_header(data: bytes) -> tuple[int, int, bool]:
+    """(height, width, whether libjpeg-turbo can give RGB/grey: not for CMYK/YCCK) of JPEG bytes."""
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as error:
+        raise EncodeError(f"JPEG bytes cannot be read: {error}") from None
+    return height, width, colorspace in ("Gray", "YCbCr", "RGB")
 
 
 def _from_pil(value: Any) -> np.ndarray:

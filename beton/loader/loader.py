@@ -14,10 +14,11 @@ import torch
 from beton._cores import usable_cores
 from beton.errors import PipelineError
 from beton.fields.base import Field
+from beton.fields.rgb_image import RGBImageField
 from beton.loader.epoch import EpochIterator
 from beton.memory.os_cache import OSCache, metadata_column
 from beton.memory.process_cache import ProcessCache
-from beton.order import ORDERS, Order, OrderContext, OrderOption, QuasiRandomOrder, shard
+from beton.order import ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder, shard
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.operation import Scratch
@@ -49,8 +50,11 @@ class Loader:
         batches_ahead: batches prepared ahead of the training loop.
         copy: return batches the caller may keep (copies); by default a batch shares memory with a slot of
             the ring buffer and stays valid only until the next batch is requested.
-        quasi_random_window: pages per QUASI_RANDOM window (default: see :mod:`beton.order.quasi_random`).
+        quasi_random_window: pages per QUASI_RANDOM (and BALANCED) window (default: see
+            :mod:`beton.order.quasi_random`).
         process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
+        read_bandwidth: process cache only: read at most this many bytes per second, to share a disk with other
+            jobs, or to measure how a pipeline behaves on slower storage (None: as fast as the file allows).
         kernel_cache_dir: where generated stages and numba's compiled code are kept.
         fuse_stages: False compiles each operation separately (slower; for measuring what fusion gains).
         readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
@@ -78,6 +82,7 @@ class Loader:
         copy: bool = False,
         quasi_random_window: int | None = None,
         process_cache_pages: int | None = None,
+        read_bandwidth: float | None = None,
         kernel_cache_dir: str | None = None,
         fuse_stages: bool = True,
         readahead: bool = True,
@@ -87,6 +92,9 @@ class Loader:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if batches_ahead < 1:
             raise ValueError(f"batches_ahead must be at least 1, got {batches_ahead}")
+        if read_bandwidth is not None and (os_cache or read_bandwidth <= 0):
+            raise ValueError("read_bandwidth needs os_cache=False (the process cache) and a positive rate, got "
+                             f"os_cache={os_cache}, read_bandwidth={read_bandwidth}")
         ensure_thread_safe_layer()
         self.reader = Reader(path, custom_fields=custom_fields)
         self.batch_size = batch_size
@@ -97,7 +105,7 @@ class Loader:
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.order = _resolve_order(order, quasi_random_window)
-        self._order_context = OrderContext(_sample_pages(self.reader), batch_size)
+        self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 1
         outputs = resolve_pipelines(self.reader.fields, pipelines)
         columns = {field_name: metadata_column(self.reader, field_name) for _, field_name, _, _ in outputs}
@@ -114,7 +122,7 @@ class Loader:
         ]
         self._scratch = [Scratch() for _ in range(self.num_slots)]
         self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
-            self.reader, self.num_slots, process_cache_pages)
+            self.reader, self.num_slots, process_cache_pages, read_bandwidth)
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
                 [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
         self._next_epoch = 0
@@ -271,10 +279,17 @@ def _resolve_order(order: OrderOption | Order, quasi_random_window: int | None) 
         return order
     if order is OrderOption.QUASI_RANDOM:
         return QuasiRandomOrder(quasi_random_window)
+    if order is OrderOption.BALANCED:
+        return BalancedOrder(window_pages=quasi_random_window)
     try:
         return ORDERS[OrderOption(order)]()
     except (KeyError, ValueError):
         raise ValueError(f"order must be an OrderOption or an Order, got {order!r}") from None
+
+
+def _image_modes(reader: Reader) -> dict[str, np.ndarray]:
+    return {name: np.asarray(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
+            if isinstance(field, RGBImageField)}
 
 
 def _sample_pages(reader: Reader) -> np.ndarray:

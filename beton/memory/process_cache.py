@@ -15,6 +15,9 @@ How it works
 * Unpinned pages stay resident while the budget allows, so a page used again soon is not read again; when the
   budget is full the least recently used unpinned page is dropped.
 
+``read_bandwidth`` paces the reader thread: after each page it sleeps until the bytes read this epoch are no
+more than the rate allows, so storage never sees more than that rate on average (a page may burst).
+
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the staging buffers (one batch of payloads per
 slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive batches need
 (less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one contiguous
@@ -26,6 +29,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,8 +42,10 @@ __all__ = ["ProcessCache"]
 
 
 class ProcessCache:
-    def __init__(self, reader: Reader, num_slots: int, budget_pages: int | None = None) -> None:
+    def __init__(self, reader: Reader, num_slots: int, budget_pages: int | None = None,
+                 read_bandwidth: float | None = None) -> None:
         self._reader = reader
+        self._pace = _Pace(read_bandwidth)
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._fd = os.open(reader.path, os.O_RDONLY)
@@ -57,6 +63,7 @@ class ProcessCache:
         self._stop_reader()
         self._reset([self._pages_of(samples, columns) for samples in batches])
         self.counters = MemoryCounters()
+        self._pace.restart()
         self._stop = False
         self._thread = threading.Thread(target=self._read_ahead, name="beton-page-reader", daemon=True)
         self._thread.start()
@@ -133,6 +140,7 @@ class ProcessCache:
         if read != len(buffer):
             raise OSError(f"{self._reader.path}: short read of page {page}: {read} of {len(buffer)} bytes")
         self.counters.add(1, len(buffer))
+        self._pace.after_reading(len(buffer))
         return buffer
 
     # ---- worker side --------------------------------------------------------------------------------------
@@ -212,6 +220,25 @@ class ProcessCache:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class _Pace:
+    """Sleeps after reads so that the bytes read since ``restart`` never exceed ``rate`` per second."""
+
+    def __init__(self, rate: float | None) -> None:
+        self._rate = rate
+        self.restart()
+
+    def restart(self) -> None:
+        self._start, self._bytes = time.perf_counter(), 0
+
+    def after_reading(self, nbytes: int) -> None:
+        if self._rate is None:
+            return
+        self._bytes += nbytes
+        ahead = self._bytes / self._rate - (time.perf_counter() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
 
 
 def _max_window_union(batch_pages: list[np.ndarray], window: int) -> int:

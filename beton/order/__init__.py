@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import enum
 
+from beton.order.balanced import BalancedOrder
 from beton.order.base import Order, OrderContext, shard
 from beton.order.quasi_random import QuasiRandomOrder
 from beton.order.random import RandomOrder
 from beton.order.sequential import SequentialOrder
 
-__all__ = ["OrderOption", "Order", "OrderContext", "shard", "SequentialOrder", "RandomOrder", "QuasiRandomOrder"]
+__all__ = ["OrderOption", "Order", "OrderContext", "shard", "SequentialOrder", "RandomOrder", "QuasiRandomOrder",
+           "BalancedOrder"]
 
 
 class OrderOption(enum.Enum):
     SEQUENTIAL = "sequential"
     RANDOM = "random"
     QUASI_RANDOM = "quasi_random"
+    BALANCED = "balanced"  # a fixed raw/JPEG mix in every batch: see beton.order.balanced
 
 
 ORDERS = {
     OrderOption.SEQUENTIAL: SequentialOrder,
     OrderOption.RANDOM: RandomOrder,
     OrderOption.QUASI_RANDOM: QuasiRandomOrder,
+    OrderOption.BALANCED: BalancedOrder,
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,10 +18,12 @@ __all__ = ["Order", "OrderContext", "shard"]
 
 @dataclasses.dataclass(frozen=True)
 class OrderContext:
-    """What an order may know about the file: the heap page of each sample, and the batch size."""
+    """What an order may know about the file: each sample's heap page and stored image modes, the batch size."""
 
     sample_pages: np.ndarray  # int64, page of each sample's first payload (see Loader)
     batch_size: int
+    #: per image field, each sample's stored mode (beton.fields.rgb_image.IMAGE_MODES: 0 raw, 1 JPEG, ...)
+    image_modes: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 class Order(abc.ABC):

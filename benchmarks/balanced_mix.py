@@ -1,0 +1,121 @@
+"""Balanced raw/JPEG mix (``beton tune``) against all-JPEG, all-raw and FFCV-style ``proportion`` files.
+
+    python benchmarks/balanced_mix.py [--images N] [--repeats R] [--bandwidths MB/s ...]
+
+Photo JPEGs (q90, shorter side 256) are loaded with RandomResizedCrop-160 + flip, batch 64, 2 threads, through
+the process cache (``os_cache=False``) so that reads can be throttled to a given rate (``read_bandwidth``):
+the storage a training job might sit on. For each rate, ``beton tune`` plans the raw fraction for that rate
+and writes a balanced file (read with ``OrderOption.BALANCED``); a ``proportion`` file with the same raw
+fraction, drawn at random per image, is read with QUASI_RANDOM (its batches' mix varies). All-JPEG and
+all-raw files are read with QUASI_RANDOM. Epochs alternate between contenders; medians are reported. Writes
+benchmarks/results/balanced_mix.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import cv2
+
+from beton import DatasetWriter, Loader, OrderOption
+from beton.bench.data import DecodedJpegDataset, JpegDataset, make_jpegs
+from beton.bench.timing import epoch_rate
+from beton.fields import IntField, RGBImageField
+from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
+from beton.tune import tune
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "balanced_mix.json")
+
+
+def write(path: str, dataset, **field_options) -> str:
+    DatasetWriter(path, {"image": RGBImageField(**field_options), "label": IntField()}, num_workers=2,
+                  progress=False).from_indexed_dataset(dataset)
+    return path
+
+
+def loader(path: str, order: OrderOption, bandwidth: float | None) -> Loader:
+    return Loader(path, batch_size=64, num_workers=2, order=order, seed=0, os_cache=False, read_bandwidth=bandwidth,
+                  pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), RandomHorizontalFlip(),
+                                       ToTensor(), ToTorchImage()],
+                             "label": [IntDecoder(), ToTensor()]})
+
+
+def measure(loaders: dict[str, Loader], repeats: int) -> dict[str, dict]:
+    for each in loaders.values():
+        epoch_rate(each)  # compile, warm up
+    rates: dict[str, list[float]] = {name: [] for name in loaders}
+    read: dict[str, list[int]] = {name: [] for name in loaders}
+    for _ in range(repeats):
+        for name, each in loaders.items():
+            rates[name].append(epoch_rate(each))
+            read[name].append(each.memory_counters["bytes_read"])
+    return {name: {"images_per_s": round(statistics.median(rates[name])),
+                   "mb_read_per_epoch": round(statistics.median(read[name]) / 1e6, 1)} for name in loaders}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bandwidths", type=float, nargs="+", default=[150.0, 400.0],
+                        help="read rates in MB/s (the page cache, unthrottled, is always measured too)")
+    arguments = parser.parse_args()
+    cv2.setNumThreads(1)
+    jpegs = make_jpegs(arguments.images, 256)
+    result: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                    "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "rates": {}}
+    with tempfile.TemporaryDirectory() as directory:
+        jpeg_file = write(os.path.join(directory, "jpeg.beton"), JpegDataset(jpegs), write_mode="jpg")
+        raw_file = write(os.path.join(directory, "raw.beton"), DecodedJpegDataset(jpegs), write_mode="raw")
+        for megabytes in [None, *arguments.bandwidths]:
+            bandwidth = megabytes * 1e6 if megabytes is not None else None
+            balanced_file = os.path.join(directory, f"balanced-{megabytes}.beton")
+            profile, plan = tune(jpeg_file, balanced_file, batch_size=64, read_bandwidth=bandwidth, output_size=160,
+                                 progress=False)
+            proportion_file = write(os.path.join(directory, f"proportion-{megabytes}.beton"), JpegDataset(jpegs),
+                                    write_mode="proportion", compress_probability=1 - plan.raw_fraction)
+            loaders = {"all JPEG": loader(jpeg_file, OrderOption.QUASI_RANDOM, bandwidth),
+                       "all raw": loader(raw_file, OrderOption.QUASI_RANDOM, bandwidth),
+                       "proportion (same fraction)": loader(proportion_file, OrderOption.QUASI_RANDOM, bandwidth),
+                       "balanced (beton tune)": loader(balanced_file, OrderOption.BALANCED, bandwidth)}
+            measured = measure(loaders, arguments.repeats)
+            for each in loaders.values():
+                each.close()
+            best_single = max(measured["all JPEG"]["images_per_s"], measured["all raw"]["images_per_s"])
+            result["rates"]["page cache" if megabytes is None else f"{megabytes:g} MB/s"] = {
+                "planned_raw_fraction": round(plan.raw_fraction, 3),
+                "predicted_images_per_s": {k: round(v) for k, v in plan.predicted_images_per_s.items()},
+                "measured_read_mb_per_s": round(profile.read_bytes_per_second / 1e6),
+                "contenders": measured,
+                "balanced_vs_best_single_format": round(measured["balanced (beton tune)"]["images_per_s"] / best_single, 2),
+                "balanced_vs_proportion": round(measured["balanced (beton tune)"]["images_per_s"]
+                                                / measured["proportion (same fraction)"]["images_per_s"], 2),
+            }
+            print(json.dumps(result["rates"], indent=2)[-1500:])
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as file:
+        json.dump(result, file, indent=2)
+    print(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    lines = ["| read rate | raw fraction | all JPEG | all raw | proportion | balanced | balanced / best single | "
+             "balanced / proportion |", "|---|---|---|---|---|---|---|---|"]
+    for rate, row in result["rates"].items():
+        c = row["contenders"]
+        lines.append(f"| {rate} | {row['planned_raw_fraction']:.0%} | {c['all JPEG']['images_per_s']} | "
+                     f"{c['all raw']['images_per_s']} | {c['proportion (same fraction)']['images_per_s']} | "
+                     f"{c['balanced (beton tune)']['images_per_s']} | {row['balanced_vs_best_single_format']} | "
+                     f"{row['balanced_vs_proportion']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

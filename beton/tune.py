@@ -1,0 +1,264 @@
+"""``beton tune``: a raw/JPEG mix balanced for this host (Liquid, Baek et al., APSys 2023).
+
+A loader is limited by whichever of two resources runs out first: CPU time to decode JPEGs, and storage
+bandwidth to read bytes. All-JPEG files are decode-bound on fast storage; all-raw files are read-bound. Storing
+a chosen fraction of the images raw moves work from the CPU to the storage until both are equally busy:
+
+    CPU time per epoch  = sum of decode times of the JPEG images / cores
+    read time per epoch = (bytes of the raw images + bytes of the JPEG images) / read bandwidth
+    images per second   = images / max(CPU time, read time)
+
+Which images go raw: those that save the most decode time per extra byte stored (decode time grows with
+pixels and JPEG bytes, the extra bytes are raw size minus JPEG size), taken greedily until the prediction
+stops improving. The count is then rounded so that every batch of ``batch_size`` holds the same number of raw
+images under ``OrderOption.BALANCED`` (see :mod:`beton.order.balanced`).
+
+The host is measured: JPEG decode time on a sample of the file's images (fitted as seconds per pixel and per
+byte, at full size and on one core), and read bandwidth by reading the file after dropping it from the page
+cache. Pass ``read_bandwidth`` to plan for other storage (a network file system, a throttled process cache).
+Images already stored raw in the source stay raw. Decoding at a DCT scale (small crops of large JPEGs) costs
+less than the full-size decode measured here, so the plan then errs towards raw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import cv2
+import numpy as np
+import simplejpeg
+
+from beton._cores import usable_cores
+from beton.errors import FieldError
+from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image
+from beton.order.balanced import batch_composition
+from beton.reader import Reader
+from beton.writer import DatasetWriter
+
+__all__ = ["HostProfile", "MixPlan", "measure_host", "measure_read_bandwidth", "plan_mix", "write_balanced",
+           "tune"]
+
+_SAMPLE_IMAGES = 64
+_BANDWIDTH_BYTES = 256 << 20
+_CHUNK = 8 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class HostProfile:
+    """What the plan needs to know about this host."""
+
+    cores: int  # decoding threads
+    decode_seconds_per_pixel: float
+    decode_seconds_per_byte: float
+    read_bytes_per_second: float
+    resize_seconds_per_image: float = 0.0  # crop + resize to the output size: the same for raw and JPEG images
+
+    def decode_seconds(self, pixels: np.ndarray, jpeg_bytes: np.ndarray) -> np.ndarray:
+        return self.decode_seconds_per_pixel * pixels + self.decode_seconds_per_byte * jpeg_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class MixPlan:
+    """Which samples to store raw, and the predicted images/s of all-JPEG, all-raw and this mix."""
+
+    raw_samples: np.ndarray  # sorted sample indices
+    num_samples: int
+    batch_size: int
+    predicted_images_per_s: dict[str, float]
+
+    @property
+    def raw_fraction(self) -> float:
+        return len(self.raw_samples) / self.num_samples if self.num_samples else 0.0
+
+    @property
+    def raw_per_batch(self) -> int:
+        plan = batch_composition(len(self.raw_samples), self.num_samples, self.batch_size)
+        return plan[0][0] if plan else 0
+
+    def describe(self) -> str:
+        rates = ", ".join(f"{name} {rate:,.0f}" for name, rate in self.predicted_images_per_s.items())
+        return (f"store {len(self.raw_samples)} of {self.num_samples} images raw ({self.raw_fraction:.1%}, "
+                f"{self.raw_per_batch} per batch of {self.batch_size}); predicted images/s: {rates}")
+
+
+def measure_read_bandwidth(path: str | os.PathLike[str], max_bytes: int = _BANDWIDTH_BYTES) -> float:
+    """Bytes per second reading ``path`` sequentially after asking the kernel to drop it from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        buffer = bytearray(_CHUNK)
+        total, start = 0, time.perf_counter()
+        while total < max_bytes:
+            read = os.readv(fd, [buffer])
+            if read == 0:
+                break
+            total += read
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    return total / elapsed if elapsed > 0 and total else float("inf")
+
+
+def measure_host(reader: Reader, field: str, cores: int | None = None, read_bandwidth: float | None = None,
+                 output_size: int = 224, sample_images: int = _SAMPLE_IMAGES) -> HostProfile:
+    """Decode cost of this file's JPEGs on this machine, the cost of resizing half-area crops of them to
+    ``output_size`` (what every image costs besides decoding), and the read bandwidth (unless given)."""
+    metadata = reader.data_table[field]
+    jpegs = np.flatnonzero(np.isin(metadata["mode"], (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])))
+    chosen = jpegs[np.linspace(0, len(jpegs) - 1, min(sample_images, len(jpegs))).astype(np.int64)] \
+        if len(jpegs) else jpegs
+    pixels, sizes, seconds, resizes = [], [], [], []
+    for index in chosen.tolist():
+        payload = reader.payload(index, field)
+        height, width = int(metadata["height"][index]), int(metadata["width"][index])
+        buffer = np.empty((height, width, int(metadata["channels"][index])), np.uint8)
+        colorspace = "GRAY" if buffer.shape[2] == 1 else "RGB"
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            simplejpeg.decode_jpeg(payload, colorspace=colorspace, buffer=buffer)
+            best = min(best, time.perf_counter() - start)
+        pixels.append(height * width)
+        sizes.append(payload.size)
+        seconds.append(best)
+        resizes.append(_resize_seconds(buffer, output_size))
+    per_pixel, per_byte = _fit_decode_cost(np.array(pixels, float), np.array(sizes, float), np.array(seconds))
+    bandwidth = read_bandwidth if read_bandwidth is not None else measure_read_bandwidth(reader.path)
+    resize = float(np.median(resizes)) if resizes else 0.0
+    return HostProfile(cores or usable_cores(), per_pixel, per_byte, float(bandwidth), resize)
+
+
+def _resize_seconds(image: np.ndarray, output_size: int) -> float:
+    """Best of three: resize the central half-area crop of ``image`` to output_size², as a crop decoder does."""
+    height, width = image.shape[:2]
+    crop = image[height // 7 : height - height // 7, width // 7 : width - width // 7]
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        cv2.resize(crop, (output_size, output_size), interpolation=cv2.INTER_LINEAR)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _fit_decode_cost(pixels: np.ndarray, sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """Least squares seconds = a * pixels + b * bytes with a, b >= 0 (one term alone if the pair is not)."""
+    if len(seconds) == 0:
+        return 0.0, 0.0
+    (a, b), *_ = np.linalg.lstsq(np.stack([pixels, sizes], axis=1), seconds, rcond=None)
+    if a >= 0 and b >= 0:
+        return float(a), float(b)
+    return float(seconds.sum() / pixels.sum()), 0.0
+
+
+def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int = 64,
+             extra_cpu_seconds_per_image: float = 0.0) -> MixPlan:
+    """Choose the raw images (see the module docstring). ``extra_cpu_seconds_per_image``: the pipeline's CPU
+    cost per image beyond decoding and resizing (augmentations), the same for raw and JPEG images."""
+    metadata = reader.data_table[field]
+    count = reader.num_samples
+    sizes = reader.allocation_table[:, reader.descriptors[field].payload_column]["size"].astype(np.float64)
+    pixels = metadata["height"].astype(np.float64) * metadata["width"].astype(np.float64)
+    raw_sizes = pixels * metadata["channels"].astype(np.float64)
+    already_raw = metadata["mode"] == IMAGE_MODES["raw"]
+    decode = np.where(already_raw, 0.0, profile.decode_seconds(pixels, sizes))
+    extra_bytes = np.where(already_raw, 0.0, raw_sizes - sizes)
+    candidates = np.flatnonzero(~already_raw)
+    benefit = decode[candidates] / np.maximum(extra_bytes[candidates], 1.0)
+    ranked = candidates[np.argsort(-benefit, kind="stable")]
+
+    def images_per_s(raw_taken: np.ndarray) -> np.ndarray:
+        """Predicted rate when the first ``raw_taken`` ranked candidates go raw."""
+        saved = np.concatenate([[0.0], np.cumsum(decode[ranked])])[raw_taken]
+        added = np.concatenate([[0.0], np.cumsum(extra_bytes[ranked])])[raw_taken]
+        per_image = profile.resize_seconds_per_image + extra_cpu_seconds_per_image
+        cpu = (decode.sum() - saved + per_image * count) / profile.cores
+        io = (np.where(already_raw, raw_sizes, sizes).sum() + added) / profile.read_bytes_per_second
+        return count / np.maximum(np.maximum(cpu, io), 1e-12)
+
+    rates = images_per_s(np.arange(len(ranked) + 1))
+    best = int(np.argmax(rates))
+    total_raw = _batch_aligned(best + int(already_raw.sum()), count, batch_size)
+    taken = int(np.clip(total_raw - already_raw.sum(), 0, len(ranked)))
+    raw_samples = np.sort(np.concatenate([np.flatnonzero(already_raw), ranked[:taken]]))
+    predicted = {"all JPEG": float(rates[0]), "all raw": float(images_per_s(np.array([len(ranked)]))[0]),
+                 "balanced": float(images_per_s(np.array([taken]))[0])}
+    return MixPlan(raw_samples.astype(np.int64), count, batch_size, predicted)
+
+
+def _batch_aligned(raw: int, count: int, batch_size: int) -> int:
+    """The raw count nearest ``raw`` for which every full batch holds the same number of raw images."""
+    full, rest = divmod(count, batch_size)
+    if full == 0:
+        return raw
+    per_batch = round(raw * batch_size / count)
+    return per_batch * full + round(per_batch * rest / batch_size)
+
+
+class _BalancedSource:
+    """The source file's samples with the image field as JPEG bytes, or as pixels for the raw samples."""
+
+    def __init__(self, path: str, field: str, raw_samples: np.ndarray) -> None:
+        self.path, self.field, self.raw = path, field, set(raw_samples.tolist())
+        self._reader: Reader | None = None
+
+    def __len__(self) -> int:
+        return self._open().num_samples
+
+    def _open(self) -> Reader:
+        if self._reader is None:  # opened lazily: each writer process maps the file itself
+            self._reader = Reader(self.path)
+        return self._reader
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        reader = self._open()
+        values = []
+        for name, field in reader.fields.items():
+            record, payload = reader.data_table[name][index], reader.payload(index, name)
+            if name != self.field:
+                values.append(field.to_python(record, payload))
+            elif index in self.raw or record["mode"] == IMAGE_MODES["raw"]:
+                values.append(decode_stored_image(record, payload, field.numpy_dtype))
+            else:
+                values.append(bytes(payload))
+        return tuple(values)
+
+
+def write_balanced(source: str | os.PathLike[str], output: str | os.PathLike[str], field: str,
+                   raw_samples: np.ndarray, num_workers: int = -1, progress: bool = True) -> None:
+    """Copy ``source`` to ``output`` with ``raw_samples`` of ``field`` stored raw, other JPEGs as they are."""
+    with Reader(source) as reader:
+        fields = {name: (dataclasses.replace(f, write_mode="balanced", max_resolution=None) if name == field else f)
+                  for name, f in reader.fields.items()}
+        page_size = reader.page_size
+    writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress)
+    writer.from_indexed_dataset(_BalancedSource(os.fspath(source), field, np.asarray(raw_samples, np.int64)))
+
+
+def image_field(reader: Reader, field: str | None) -> str:
+    """The image field to tune: the one named, or the file's only RGBImageField."""
+    images = [name for name, f in reader.fields.items() if isinstance(f, RGBImageField)]
+    if field is None and len(images) == 1:
+        return images[0]
+    if field in images:
+        return field
+    raise FieldError(f"{reader.path}: name one image field to tune (field=...); image fields: {images}")
+
+
+def tune(source: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, field: str | None = None,
+         batch_size: int = 64, cores: int | None = None, read_bandwidth: float | None = None,
+         output_size: int = 224, extra_cpu_seconds_per_image: float = 0.0, num_workers: int = -1,
+         progress: bool = True) -> tuple[HostProfile, MixPlan]:
+    """Measure this host, plan the mix for ``source`` and, if ``output`` is given, write the balanced file."""
+    with Reader(source) as reader:
+        name = image_field(reader, field)
+        if reader.fields[name].channels == 4 or reader.fields[name].dtype != "uint8":
+            raise FieldError(f"{reader.path}: field {name!r} cannot hold JPEGs (4 channels or uint16)")
+        profile = measure_host(reader, name, cores, read_bandwidth, output_size)
+        plan = plan_mix(reader, name, profile, batch_size, extra_cpu_seconds_per_image)
+    if output is not None:
+        write_balanced(source, output, name, plan.raw_samples, num_workers, progress)
+    return profile, plan

@@ -1,0 +1,156 @@
+"""The balanced raw/JPEG mix: the planner, the rewrite, the BALANCED order, the throttled reader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import beton
+from beton import Loader, OrderOption
+from beton.bench.data import make_jpegs
+from beton.errors import PipelineError
+from beton.fields import IntField, RGBImageField
+from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.order import BalancedOrder, OrderContext
+from beton.order.balanced import batch_composition
+from beton.transforms import ToTensor
+from beton.tune import HostProfile, plan_mix, tune, write_balanced
+
+from conftest import write
+
+JPEGS = make_jpegs(150, 48)
+
+
+@pytest.fixture(scope="module")
+def jpeg_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("balanced") / "jpeg.beton"
+    return write(path, {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+                 [(jpeg, i) for i, jpeg in enumerate(JPEGS)], page_size=16384)
+
+
+@given(raw=st.integers(0, 300), extra=st.integers(0, 300), batch_size=st.integers(1, 70))
+def test_batch_composition_adds_up_and_stays_within_one_of_each_share(raw, extra, batch_size):
+    total = raw + extra
+    plan = batch_composition(raw, total, batch_size)
+    assert sum(r for r, _ in plan) == raw and sum(size for _, size in plan) == total
+    assert all(size == batch_size for _, size in plan[:-1]) and all(0 <= r <= size for r, size in plan)
+    for r, size in plan:
+        assert abs(r - raw * size / total) < 1 + 1e-9 if total else True
+
+
+@given(per_batch=st.integers(0, 16), full=st.integers(1, 6), rest=st.integers(0, 15))
+def test_aligned_counts_give_every_full_batch_the_same_count(per_batch, full, rest):
+    batch_size = 16
+    raw = per_batch * full + round(per_batch * rest / batch_size)
+    plan = batch_composition(raw, full * batch_size + rest, batch_size)
+    assert [r for r, _ in plan[:full]] == [per_batch] * full
+
+
+@given(modes=st.lists(st.sampled_from((0, 1)), min_size=1, max_size=200), batch_size=st.integers(1, 40),
+       seed=st.integers(0, 2**32), pages_per=st.integers(1, 30))
+def test_balanced_order_is_a_permutation_with_the_planned_composition(modes, batch_size, seed, pages_per):
+    modes = np.array(modes, np.uint8)
+    indices = np.arange(len(modes))
+    context = OrderContext(indices // pages_per, batch_size, {"image": modes})
+    order = BalancedOrder().permutation(indices, seed, 3, context)
+    assert sorted(order.tolist()) == indices.tolist()
+    plan = batch_composition(int((modes == 0).sum()), len(modes), batch_size)
+    start = 0
+    for raw, size in plan:
+        assert int((modes[order[start : start + size]] == 0).sum()) == raw
+        start += size
+    np.testing.assert_array_equal(order, BalancedOrder().permutation(indices, seed, 3, context))
+
+
+def test_balanced_order_needs_an_image_field_to_balance():
+    with pytest.raises(PipelineError, match="no image field"):
+        BalancedOrder().permutation(np.arange(4), 0, 0, OrderContext(np.zeros(4, np.int64), 2))
+    context = OrderContext(np.zeros(4, np.int64), 2, {"a": np.zeros(4, np.uint8), "b": np.ones(4, np.uint8)})
+    with pytest.raises(PipelineError, match="name the image field"):
+        BalancedOrder().permutation(np.arange(4), 0, 0, context)
+    with pytest.raises(PipelineError, match="not an image field"):
+        BalancedOrder(field="c").permutation(np.arange(4), 0, 0, context)
+
+
+def profile(bandwidth: float) -> HostProfile:
+    return HostProfile(cores=2, decode_seconds_per_pixel=4e-9, decode_seconds_per_byte=1e-8,
+                       read_bytes_per_second=bandwidth, resize_seconds_per_image=2e-5)
+
+
+def test_plan_follows_the_bandwidth_and_takes_the_best_images_first(jpeg_file):
+    with beton.Reader(jpeg_file) as reader:
+        fractions = [plan_mix(reader, "image", profile(bandwidth), batch_size=16).raw_fraction
+                     for bandwidth in (1e5, 1e8, 3e8, 1e12)]
+        plan = plan_mix(reader, "image", profile(2e8), batch_size=16)
+        metadata = reader.data_table["image"]
+        sizes = reader.allocation_table[:, 0]["size"].astype(float)
+    assert fractions[0] == 0 and fractions[-1] == 1 and fractions == sorted(fractions)
+    assert 0 < plan.raw_fraction < 1
+    pixels = metadata["height"].astype(float) * metadata["width"].astype(float)
+    benefit = (4e-9 * pixels + 1e-8 * sizes) / (3 * pixels - sizes)
+    chosen = np.zeros(len(sizes), bool)
+    chosen[plan.raw_samples] = True
+    assert benefit[chosen].min() >= benefit[~chosen].max()
+    rates = plan.predicted_images_per_s
+    assert rates["balanced"] >= max(rates["all JPEG"], rates["all raw"]) * 0.99
+
+
+def test_balanced_file_keeps_jpegs_as_they_are_and_stores_the_chosen_images_raw(jpeg_file, tmp_path):
+    with beton.Reader(jpeg_file) as reader:
+        plan = plan_mix(reader, "image", profile(2e8), batch_size=16)
+    assert 0.2 < plan.raw_fraction < 0.5
+    output = tmp_path / "balanced.beton"
+    write_balanced(jpeg_file, output, "image", plan.raw_samples, num_workers=0, progress=False)
+    with beton.Reader(jpeg_file) as source, beton.Reader(output) as balanced:
+        modes = balanced.data_table["image"]["mode"]
+        assert set(np.flatnonzero(modes == 0).tolist()) == set(plan.raw_samples.tolist())
+        for i in range(len(JPEGS)):
+            if modes[i] == 0:
+                np.testing.assert_array_equal(balanced[i][0], source[i][0])
+            else:
+                assert bytes(balanced.payload(i, "image")) == JPEGS[i]
+            assert balanced[i][1] == i
+    with Loader(output, batch_size=16, order=OrderOption.BALANCED, seed=5, num_workers=2,
+                pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()],
+                           "label": [IntDecoder(), ToTensor()]}) as loader:
+        for epoch in range(2):
+            seen, counts = [], []
+            for _, labels in loader:
+                seen += labels.ravel().tolist()
+                counts.append(int((modes[labels.numpy().ravel()] == 0).sum()))
+            assert sorted(seen) == list(range(len(JPEGS)))
+            assert counts[:-1] == [plan.raw_per_batch] * (len(counts) - 1)
+
+
+def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path):
+    measured, plan = tune(jpeg_file, batch_size=16, read_bandwidth=5e6)
+    assert measured.decode_seconds_per_pixel + measured.decode_seconds_per_byte > 0
+    assert measured.read_bytes_per_second == 5e6 and measured.resize_seconds_per_image > 0
+    output = tmp_path / "cli.beton"
+    done = subprocess.run([sys.executable, "-m", "beton.cli", "tune", str(jpeg_file), "-o", str(output),
+                           "--batch-size", "16", "--read-bandwidth", "5", "--num-workers", "0"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "images raw" in done.stdout and "OrderOption.BALANCED" in done.stdout
+    with beton.Reader(output) as reader:
+        assert reader.fields["image"].write_mode == "balanced" and reader.num_samples == len(JPEGS)
+
+
+def test_read_bandwidth_paces_the_process_cache(jpeg_file):
+    rate = 2e6
+    with Loader(jpeg_file, batch_size=32, os_cache=False, read_bandwidth=rate, order=OrderOption.QUASI_RANDOM,
+                pipelines={"image": [RandomResizedCropRGBImageDecoder((8, 8))], "label": [IntDecoder()]}) as loader:
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        elapsed = time.perf_counter() - start
+        read = loader.memory_counters["bytes_read"]
+    assert read > 0 and elapsed >= 0.9 * (read - 16384) / rate  # the first page may come before any pause
+    with pytest.raises(ValueError, match="read_bandwidth"):
+        Loader(jpeg_file, batch_size=4, read_bandwidth=rate)
