@@ -4,7 +4,8 @@
 
 Photo JPEGs (q90, shorter side 256) are loaded with RandomResizedCrop-160 + flip, batch 64, 2 threads, through
 the process cache (``os_cache=False``) so that reads can be throttled to a given rate (``read_bandwidth``):
-the storage a training job might sit on. For each rate, ``beton tune`` plans the raw fraction for that rate
+the storage a training job might sit on. Files use 2 MiB pages and windows of 4 pages (QUASI_RANDOM and
+BALANCED), so each batch needs a few pages and reading overlaps decoding. For each rate, ``beton tune`` plans the raw fraction for that rate
 and writes a balanced file (read with ``OrderOption.BALANCED``); a ``proportion`` file with the same raw
 fraction, drawn at random per image, is read with QUASI_RANDOM (its batches' mix varies). All-JPEG and
 all-raw files are read with QUASI_RANDOM. Epochs alternate between contenders; medians are reported. Writes
@@ -34,14 +35,19 @@ from beton.tune import tune
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "balanced_mix.json")
 
 
+PAGE_SIZE = 2 << 20  # 2 MiB pages and 4-page windows: each batch needs a few pages, so reading and decoding overlap
+WINDOW_PAGES = 4
+
+
 def write(path: str, dataset, **field_options) -> str:
     DatasetWriter(path, {"image": RGBImageField(**field_options), "label": IntField()}, num_workers=2,
-                  progress=False).from_indexed_dataset(dataset)
+                  page_size=PAGE_SIZE, progress=False).from_indexed_dataset(dataset)
     return path
 
 
 def loader(path: str, order: OrderOption, bandwidth: float | None) -> Loader:
     return Loader(path, batch_size=64, num_workers=2, order=order, seed=0, os_cache=False, read_bandwidth=bandwidth,
+                  quasi_random_window=WINDOW_PAGES,
                   pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), RandomHorizontalFlip(),
                                        ToTensor(), ToTorchImage()],
                              "label": [IntDecoder(), ToTensor()]})
@@ -64,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bandwidths", type=float, nargs="+", default=[150.0, 400.0],
+    parser.add_argument("--bandwidths", type=float, nargs="+", default=[150.0, 400.0, 1000.0],
                         help="read rates in MB/s (the page cache, unthrottled, is always measured too)")
     arguments = parser.parse_args()
     cv2.setNumThreads(1)

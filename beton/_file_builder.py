@@ -8,6 +8,7 @@ half-written ever appears under the target name and an existing file there is le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -71,6 +72,67 @@ class HeapPacker:
                 self._page_crc = 0
 
 
+@dataclasses.dataclass
+class _RecordSample:
+    """A sample waiting in a record: where its row and allocations live, its payloads and their pieces."""
+
+    rows: np.ndarray
+    allocations: np.ndarray
+    row: int
+    payloads: list[bytes]
+    pieces: list[list[int] | None]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(payload) if ends is None else (ends[-1] if ends else 0)
+                   for payload, ends in zip(self.payloads, self.pieces))
+
+
+class _Record:
+    """Samples that share a page when some field groups its pieces (progressive-JPEG scans, PCR's layout).
+
+    Layout of a record: every sample's ungrouped payloads, in sample order; then every sample's first piece,
+    then every sample's second piece, and so on. Reading the first k pieces of every sample of the record thus
+    reads a prefix of it. A grouped payload's allocation spans from its first piece to the end of its last;
+    the field records where each piece starts, relative to that offset. Bytes after the last piece end are
+    not stored (for JPEGs: the end marker, which readers append).
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[_RecordSample] = []
+        self.nbytes = 0
+
+    def add(self, sample: _RecordSample) -> None:
+        self.samples.append(sample)
+        self.nbytes += sample.nbytes
+
+    def layout(self) -> tuple[bytes, list[list[tuple[int, int, list[int] | None]]]]:
+        """The record's bytes, and per sample and column (start in the record, allocation size, piece starts)."""
+        data = bytearray()
+        placements: list[list] = []
+        for sample in self.samples:
+            placements.append([])
+            for payload, ends in zip(sample.payloads, sample.pieces):
+                placements[-1].append((len(data), len(payload), None) if ends is None else None)
+                if ends is None:
+                    data += payload
+        piece_positions: dict[tuple[int, int], list[int]] = {}
+        depth = max((len(ends) for s in self.samples for ends in s.pieces if ends is not None), default=0)
+        for level in range(depth):
+            for number, sample in enumerate(self.samples):
+                for column, (payload, ends) in enumerate(zip(sample.payloads, sample.pieces)):
+                    if ends is not None and level < len(ends):
+                        piece_positions.setdefault((number, column), []).append(len(data))
+                        data += payload[(ends[level - 1] if level else 0) : ends[level]]
+        for (number, column), positions in piece_positions.items():
+            ends = self.samples[number].pieces[column]
+            last_end = positions[-1] + ends[-1] - (ends[-2] if len(ends) > 1 else 0)
+            placements[number][column] = (positions[0], last_end - positions[0], [p - positions[0] for p in positions])
+        for number, sample in enumerate(self.samples):  # grouped columns with no pieces: empty allocations
+            placements[number] = [p if p is not None else (len(data), 0, []) for p in placements[number]]
+        return bytes(data), placements
+
+
 class FileBuilder:
     """Owns the temporary file of one write; see the module docstring."""
 
@@ -85,6 +147,7 @@ class FileBuilder:
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
         self._file.write(bytes(fmt.HEAP_OFFSET))  # the header is written last, over these zeros
         self._heap = HeapPacker(self._file, page_size)
+        self._record = _Record()  # samples with grouped pieces, waiting until a page is full
         self._rows: list[np.ndarray] = []
         self._allocations: list[np.ndarray] = []
         self.num_samples = 0
@@ -94,14 +157,44 @@ class FileBuilder:
             raise WriterError(f"chunk for sample {chunk.first_position} arrived at {self.num_samples}")
         allocations = np.zeros((len(chunk.payloads), len(self._payload_fields)), fmt.ALLOCATION_DTYPE)
         for row, payloads in enumerate(chunk.payloads):
+            pieces = self._pieces(chunk.rows[row])
+            if any(p is not None for p in pieces) or self._record.samples:
+                self._add_to_record(_RecordSample(chunk.rows, allocations, row, payloads, pieces))
+                continue
             for column, payload in enumerate(payloads):
                 allocations[row, column] = (self._heap.append(payload), len(payload))
         self._rows.append(chunk.rows)
         self._allocations.append(allocations)
         self.num_samples += len(chunk.rows)
 
+    def _pieces(self, row: np.void) -> list[list[int] | None]:
+        """Per payload column, the piece ends of a field that groups pieces within pages (else None)."""
+        return [self._spec.fields[index].layout_pieces(row[self._spec.names[index]]) or None
+                for index in self._payload_fields]
+
+    def _add_to_record(self, sample: _RecordSample) -> None:
+        if self._record.samples and self._record.nbytes + sample.nbytes > self._page_size:
+            self._flush_record()
+        self._record.add(sample)
+
+    def _flush_record(self) -> None:
+        """Write the pending samples as one record (see :class:`_Record`), then fill their allocations."""
+        if not self._record.samples:
+            return
+        data, placements = self._record.layout()
+        offset = self._heap.append(data)
+        for sample, placement in zip(self._record.samples, placements):
+            for column, (start, size, piece_starts) in enumerate(placement):
+                sample.allocations[sample.row, column] = (offset + start, size)
+                if piece_starts is not None:
+                    index = self._payload_fields[column]
+                    self._spec.fields[index].record_piece_starts(sample.rows[sample.row][self._spec.names[index]],
+                                                                 piece_starts)
+        self._record = _Record()
+
     def commit(self) -> None:
         """Write tables and header, flush to disk, and rename onto the target path."""
+        self._flush_record()
         page_checksums = self._heap.finish()
         tables = {
             "field_table": field_table_bytes(self._spec),

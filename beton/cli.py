@@ -163,8 +163,8 @@ def _tune(arguments: argparse.Namespace) -> int:
                          progress=arguments.output is not None)
     source = "given" if bandwidth is not None else "measured"
     print(f"host: {profile.cores} decoding cores; JPEG decode {profile.decode_seconds_per_pixel * 1e9:.2f} ns/pixel "
-          f"+ {profile.decode_seconds_per_byte * 1e9:.2f} ns/byte; resize {profile.resize_seconds_per_image * 1e6:.0f} "
-          f"us/image; read {profile.read_bytes_per_second / 1e6:,.0f} "
+          f"+ {profile.decode_seconds_per_byte * 1e9:.2f} ns/byte; rest of the pipeline "
+          f"{profile.pipeline_seconds_per_image * 1e6:.0f} us/image; read {profile.read_bytes_per_second / 1e6:,.0f} "
           f"MB/s ({source})")
     print(plan.describe())
     if arguments.output is not None:

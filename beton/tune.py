@@ -4,7 +4,7 @@ A loader is limited by whichever of two resources runs out first: CPU time to de
 bandwidth to read bytes. All-JPEG files are decode-bound on fast storage; all-raw files are read-bound. Storing
 a chosen fraction of the images raw moves work from the CPU to the storage until both are equally busy:
 
-    CPU time per epoch  = sum of decode times of the JPEG images / cores
+    CPU time per epoch  = (decode time of the JPEG images + the rest of the pipeline + copying bytes) / cores
     read time per epoch = (bytes of the raw images + bytes of the JPEG images) / read bandwidth
     images per second   = images / max(CPU time, read time)
 
@@ -14,8 +14,9 @@ stops improving. The count is then rounded so that every batch of ``batch_size``
 images under ``OrderOption.BALANCED`` (see :mod:`beton.order.balanced`).
 
 The host is measured: JPEG decode time on a sample of the file's images (fitted as seconds per pixel and per
-byte, at full size and on one core), and read bandwidth by reading the file after dropping it from the page
-cache. Pass ``read_bandwidth`` to plan for other storage (a network file system, a throttled process cache).
+byte, at full size and on one core), the rest of a crop pipeline's CPU time per image (a short loader run over
+up to 512 of the file's JPEGs, minus their modelled decode time), and read bandwidth by reading the file
+after dropping it from the page cache. Pass ``read_bandwidth`` to plan for other storage (a network file system, a throttled process cache).
 Images already stored raw in the source stay raw. Decoding at a DCT scale (small crops of large JPEGs) costs
 less than the full-size decode measured here, so the plan then errs towards raw.
 """
@@ -27,21 +28,24 @@ import os
 import time
 from typing import Any
 
-import cv2
 import numpy as np
 import simplejpeg
 
 from beton._cores import usable_cores
 from beton.errors import FieldError
+from beton.fields.decoders import RandomResizedCropRGBImageDecoder
 from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image
+from beton.loader import Loader
 from beton.order.balanced import batch_composition
 from beton.reader import Reader
+from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 from beton.writer import DatasetWriter
 
 __all__ = ["HostProfile", "MixPlan", "measure_host", "measure_read_bandwidth", "plan_mix", "write_balanced",
            "tune"]
 
 _SAMPLE_IMAGES = 64
+_CALIBRATION_IMAGES = 512
 _BANDWIDTH_BYTES = 256 << 20
 _CHUNK = 8 << 20
 
@@ -54,7 +58,11 @@ class HostProfile:
     decode_seconds_per_pixel: float
     decode_seconds_per_byte: float
     read_bytes_per_second: float
-    resize_seconds_per_image: float = 0.0  # crop + resize to the output size: the same for raw and JPEG images
+    #: CPU time per image apart from JPEG decoding (crop, resize, flip, batching: the same for raw and JPEG
+    #: images), measured by running a RandomResizedCrop pipeline over the file's JPEGs
+    pipeline_seconds_per_image: float = 0.0
+    #: CPU time per byte read: the process cache copies each byte twice (storage to page, page to batch)
+    copy_seconds_per_byte: float = 0.0
 
     def decode_seconds(self, pixels: np.ndarray, jpeg_bytes: np.ndarray) -> np.ndarray:
         return self.decode_seconds_per_pixel * pixels + self.decode_seconds_per_byte * jpeg_bytes
@@ -105,13 +113,13 @@ def measure_read_bandwidth(path: str | os.PathLike[str], max_bytes: int = _BANDW
 
 def measure_host(reader: Reader, field: str, cores: int | None = None, read_bandwidth: float | None = None,
                  output_size: int = 224, sample_images: int = _SAMPLE_IMAGES) -> HostProfile:
-    """Decode cost of this file's JPEGs on this machine, the cost of resizing half-area crops of them to
-    ``output_size`` (what every image costs besides decoding), and the read bandwidth (unless given)."""
+    """Decode cost of this file's JPEGs on this machine, the rest of a crop pipeline's cost per image (a short
+    loader run: RandomResizedCrop to ``output_size``, flip, tensors), and the read bandwidth (unless given)."""
     metadata = reader.data_table[field]
     jpegs = np.flatnonzero(np.isin(metadata["mode"], (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])))
     chosen = jpegs[np.linspace(0, len(jpegs) - 1, min(sample_images, len(jpegs))).astype(np.int64)] \
         if len(jpegs) else jpegs
-    pixels, sizes, seconds, resizes = [], [], [], []
+    pixels, sizes, seconds = [], [], []
     for index in chosen.tolist():
         payload = reader.payload(index, field)
         height, width = int(metadata["height"][index]), int(metadata["width"][index])
@@ -125,23 +133,46 @@ def measure_host(reader: Reader, field: str, cores: int | None = None, read_band
         pixels.append(height * width)
         sizes.append(payload.size)
         seconds.append(best)
-        resizes.append(_resize_seconds(buffer, output_size))
     per_pixel, per_byte = _fit_decode_cost(np.array(pixels, float), np.array(sizes, float), np.array(seconds))
     bandwidth = read_bandwidth if read_bandwidth is not None else measure_read_bandwidth(reader.path)
-    resize = float(np.median(resizes)) if resizes else 0.0
-    return HostProfile(cores or usable_cores(), per_pixel, per_byte, float(bandwidth), resize)
+    cores = cores or usable_cores()
+    profile = HostProfile(cores, per_pixel, per_byte, float(bandwidth), copy_seconds_per_byte=_copy_seconds_per_byte())
+    return dataclasses.replace(profile, pipeline_seconds_per_image=_pipeline_seconds(reader, field, jpegs,
+                                                                                     profile, output_size))
 
 
-def _resize_seconds(image: np.ndarray, output_size: int) -> float:
-    """Best of three: resize the central half-area crop of ``image`` to output_size², as a crop decoder does."""
-    height, width = image.shape[:2]
-    crop = image[height // 7 : height - height // 7, width // 7 : width - width // 7]
+def _copy_seconds_per_byte() -> float:
+    """Two memory copies per byte (best of three over 64 MiB), as the process cache makes."""
+    source, target = np.ones(64 << 20, np.uint8), np.empty(64 << 20, np.uint8)
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        cv2.resize(crop, (output_size, output_size), interpolation=cv2.INTER_LINEAR)
+        np.copyto(target, source)
         best = min(best, time.perf_counter() - start)
-    return best
+    return 2 * best / source.size
+
+
+def _pipeline_seconds(reader: Reader, field: str, jpegs: np.ndarray, profile: HostProfile, output_size: int) -> float:
+    """CPU seconds per image of a short RandomResizedCrop run over up to 512 JPEGs, minus their decoding."""
+    chosen = jpegs[: _CALIBRATION_IMAGES]
+    if len(chosen) == 0:
+        return 0.0
+    pipelines = {name: None for name in reader.fields}
+    pipelines[field] = [RandomResizedCropRGBImageDecoder((output_size, output_size)), RandomHorizontalFlip(),
+                        ToTensor(), ToTorchImage()]
+    with Loader(reader.path, batch_size=64, num_workers=profile.cores, indices=chosen, seed=0,
+                pipelines=pipelines) as loader:
+        best = float("inf")
+        for _ in range(3):  # the first pass compiles and warms the page cache
+            start = time.perf_counter()
+            for _ in loader:
+                pass
+            best = min(best, time.perf_counter() - start)
+    metadata = reader.data_table[field][chosen]
+    pixels = metadata["height"].astype(np.float64) * metadata["width"].astype(np.float64)
+    sizes = reader.allocation_table[chosen, reader.descriptors[field].payload_column]["size"].astype(np.float64)
+    decode = float(profile.decode_seconds(pixels, sizes).mean())
+    return max(0.0, best * profile.cores / len(chosen) - decode)
 
 
 def _fit_decode_cost(pixels: np.ndarray, sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
@@ -156,8 +187,8 @@ def _fit_decode_cost(pixels: np.ndarray, sizes: np.ndarray, seconds: np.ndarray)
 
 def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int = 64,
              extra_cpu_seconds_per_image: float = 0.0) -> MixPlan:
-    """Choose the raw images (see the module docstring). ``extra_cpu_seconds_per_image``: the pipeline's CPU
-    cost per image beyond decoding and resizing (augmentations), the same for raw and JPEG images."""
+    """Choose the raw images (see the module docstring). ``extra_cpu_seconds_per_image``: CPU cost per image
+    that the measured crop pipeline does not have (heavier augmentations), the same for raw and JPEG images."""
     metadata = reader.data_table[field]
     count = reader.num_samples
     sizes = reader.allocation_table[:, reader.descriptors[field].payload_column]["size"].astype(np.float64)
@@ -174,9 +205,10 @@ def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int =
         """Predicted rate when the first ``raw_taken`` ranked candidates go raw."""
         saved = np.concatenate([[0.0], np.cumsum(decode[ranked])])[raw_taken]
         added = np.concatenate([[0.0], np.cumsum(extra_bytes[ranked])])[raw_taken]
-        per_image = profile.resize_seconds_per_image + extra_cpu_seconds_per_image
-        cpu = (decode.sum() - saved + per_image * count) / profile.cores
-        io = (np.where(already_raw, raw_sizes, sizes).sum() + added) / profile.read_bytes_per_second
+        per_image = profile.pipeline_seconds_per_image + extra_cpu_seconds_per_image
+        read = np.where(already_raw, raw_sizes, sizes).sum() + added
+        cpu = (decode.sum() - saved + per_image * count + read * profile.copy_seconds_per_byte) / profile.cores
+        io = read / profile.read_bytes_per_second
         return count / np.maximum(np.maximum(cpu, io), 1e-12)
 
     rates = images_per_s(np.arange(len(ranked) + 1))

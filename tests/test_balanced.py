@@ -80,7 +80,7 @@ def test_balanced_order_needs_an_image_field_to_balance():
 
 def profile(bandwidth: float) -> HostProfile:
     return HostProfile(cores=2, decode_seconds_per_pixel=4e-9, decode_seconds_per_byte=1e-8,
-                       read_bytes_per_second=bandwidth, resize_seconds_per_image=2e-5)
+                       read_bytes_per_second=bandwidth, pipeline_seconds_per_image=2e-5)
 
 
 def test_plan_follows_the_bandwidth_and_takes_the_best_images_first(jpeg_file):
@@ -131,7 +131,7 @@ def test_balanced_file_keeps_jpegs_as_they_are_and_stores_the_chosen_images_raw(
 def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path):
     measured, plan = tune(jpeg_file, batch_size=16, read_bandwidth=5e6)
     assert measured.decode_seconds_per_pixel + measured.decode_seconds_per_byte > 0
-    assert measured.read_bytes_per_second == 5e6 and measured.resize_seconds_per_image > 0
+    assert measured.read_bytes_per_second == 5e6 and measured.pipeline_seconds_per_image > 0
     output = tmp_path / "cli.beton"
     done = subprocess.run([sys.executable, "-m", "beton.cli", "tune", str(jpeg_file), "-o", str(output),
                            "--batch-size", "16", "--read-bandwidth", "5", "--num-workers", "0"],

@@ -102,3 +102,86 @@ def test_info_prints_bytes_per_fidelity(progressive_files):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "progressive fidelity" in result.stdout and " 10: " in result.stdout and "x1.00" in result.stdout
+
+
+# ---- scan-grouped pages (PCR's layout) ---------------------------------------------------------------------
+
+GROUPED_PHOTOS = [photo_crop(i, 60 + 5 * (i % 7), 80 + 7 * (i % 5)) for i in range(48)]
+
+
+@pytest.fixture(scope="module")
+def grouped_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("grouped")
+    samples = [(p, i) for i, p in enumerate(GROUPED_PHOTOS)]
+    return {grouped: write(directory / f"{grouped}.beton",
+                           {"image": RGBImageField(write_mode="progressive", scan_grouped=grouped), "label": IntField()},
+                           samples, page_size=16384)
+            for grouped in (False, True)}
+
+
+def scan_positions(reader, i):
+    """Absolute file offsets of sample i's scans, and their lengths."""
+    record = reader.data_table["image"][i]
+    offset = int(reader.allocation_table[i, 0]["offset"])
+    count = int(record["num_scans"])
+    ends = record["scan_ends"][:count].astype(np.int64)
+    return offset + record["scan_starts"][:count].astype(np.int64), np.diff(ends, prepend=0)
+
+
+def test_grouped_pages_store_each_scan_of_a_page_after_the_previous_scan_of_every_image(grouped_files):
+    with beton.Reader(grouped_files[True]) as reader, beton.Reader(grouped_files[False]) as plain:
+        assert beton.verify(grouped_files[True]).checksummed
+        by_page: dict[int, list] = {}
+        for i in range(len(reader)):
+            # the gathered JPEG is byte for byte the one the plain layout stores
+            gathered = progressive_prefix(reader.payload(i, "image"), reader.data_table["image"][i], None,
+                                          lambda n: np.empty(n, np.uint8))
+            assert gathered.tobytes() == plain.payload(i, "image").tobytes()
+            np.testing.assert_array_equal(reader[i][0], plain[i][0])
+            starts, lengths = scan_positions(reader, i)
+            by_page.setdefault(int(starts[0] - reader.heap_offset) // reader.page_size, []).append((starts, lengths))
+        for images in by_page.values():
+            for scan in range(1, 10):
+                assert min(s[scan] for s, _ in images) >= max(s[scan - 1] + n[scan - 1] for s, n in images)
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+def test_grouped_pages_give_the_same_batches_as_the_plain_layout(grouped_files, os_cache):
+    def batches(path, fidelity):
+        with Loader(path, batch_size=8, num_workers=2, order=beton.OrderOption.QUASI_RANDOM, seed=2, copy=True,
+                    os_cache=os_cache, pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()]}) as loader:
+            loader.set_fidelity(fidelity)
+            return [images.numpy() for images, _ in loader]
+
+    for fidelity in (1, 4, None):
+        for grouped, plain in zip(batches(grouped_files[True], fidelity), batches(grouped_files[False], fidelity)):
+            np.testing.assert_array_equal(grouped, plain)
+
+
+def test_process_cache_reads_the_page_prefixes_a_fidelity_needs(grouped_files):
+    with beton.Reader(grouped_files[True]) as reader:
+        def expected_bytes(k):
+            need: dict[int, int] = {}
+            for i in range(len(reader)):
+                starts, lengths = scan_positions(reader, i)
+                last = min(k, len(starts)) - 1
+                end = int(starts[last] + lengths[last]) - reader.heap_offset
+                page = end // reader.page_size if end % reader.page_size else end // reader.page_size - 1
+                need[page] = max(need.get(page, 0), end - page * reader.page_size)
+            return sum(need.values())
+
+        read = {}
+        for k in range(1, 11):
+            with Loader(grouped_files[True], batch_size=8, os_cache=False, order=beton.OrderOption.QUASI_RANDOM,
+                        pipelines={"image": [CenterCropRGBImageDecoder((16, 16), fidelity=k)], "label": None}) as loader:
+                for _ in loader:
+                    pass
+                read[k] = loader.memory_counters["bytes_read"]
+            assert read[k] == expected_bytes(k)
+    assert all(read[k] < read[k + 1] for k in range(1, 10))
+    assert read[1] < 0.25 * read[10]
+
+
+def test_scan_grouping_needs_progressive_jpegs():
+    with pytest.raises(beton.BetonError, match="progressive"):
+        RGBImageField(write_mode="jpg", scan_grouped=True)

@@ -97,6 +97,21 @@ class Field(abc.ABC):
         """The constructor's keyword arguments as a JSON-serialisable dict."""
         return {}
 
+    # Grouped page layout (optional): a field whose payload splits into pieces of increasing importance (the
+    # scans of a progressive JPEG) may ask the writer to store, within each page, every sample's first piece,
+    # then every sample's second piece, and so on, so that reading the first k pieces of all samples of a page
+    # reads a prefix of the page. The allocation then spans the sample's pieces (other samples' pieces
+    # interleaved), and the metadata records where each piece starts.
+
+    def layout_pieces(self, metadata: np.void) -> list[int] | None:
+        """End offsets (in the encoded payload) of the pieces to group; None stores the payload contiguously.
+        Bytes after the last end are not stored."""
+        return None
+
+    def record_piece_starts(self, metadata: np.void, starts: list[int]) -> None:
+        """Record where the writer put each piece, relative to the allocation's offset (metadata is writable)."""
+        raise NotImplementedError(f"{type(self).__name__} groups pieces but cannot record where they went")
+
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> Field:
         return cls(**arguments)

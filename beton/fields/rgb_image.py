@@ -12,7 +12,9 @@ Write modes:
   every scan's end offset in the data table; decoders given ``fidelity=k`` read only the first k scans
   (Progressive Compressed Records, Kuchnik et al., VLDB 2021). Input JPEG bytes are decoded and re-encoded
   at ``jpeg_quality``: pip offers no lossless baseline-to-progressive transcoder, so this costs one
-  generation of JPEG loss (about what a quality-90 re-encode loses).
+  generation of JPEG loss (about what a quality-90 re-encode loses). With ``scan_grouped=True`` the writer
+  groups scans within each page (PCR's layout: every image's first scan, then every image's second scan, ...)
+  so that fidelity k reads a prefix of each page, and the process cache reads only that prefix.
 * ``balanced``: JPEG bytes are stored as they are, pixel arrays raw: the raw/JPEG mix is chosen by whoever
   builds the dataset, normally ``beton tune`` (:mod:`beton.tune`), which picks the images whose raw storage saves
   the most decode time per extra byte; read it with ``OrderOption.BALANCED`` so every batch gets the same mix.
@@ -49,6 +51,8 @@ _BASE_METADATA = np.dtype([("mode", "u1"), ("channels", "u1"), ("reserved", "<u2
 #: decoder can read a prefix: the first k scans give a lower-fidelity image of the whole picture.
 _PROGRESSIVE_METADATA = np.dtype(_BASE_METADATA.descr + [("num_scans", "u1"), ("reserved2", "u1", (3,)),
                                                          ("scan_ends", "<u4", (MAX_SCANS,))])
+#: Scan-grouped pages also record where each scan's bytes start, relative to the allocation's offset.
+_GROUPED_METADATA = np.dtype(_PROGRESSIVE_METADATA.descr + [("scan_starts", "<u4", (MAX_SCANS,))])
 _DTYPES = {"uint8": np.dtype(np.uint8), "uint16": np.dtype("<u2")}
 _JPEG_COLORSPACES = {1: "GRAY", 3: "RGB"}
 _JPEG_MAGIC = b"\xff\xd8"
@@ -66,6 +70,7 @@ class RGBImageField(Field):
         compress_probability: chance of JPEG per sample for "proportion".
         channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
         dtype: "uint8", or "uint16" (raw only).
+        scan_grouped: "progressive" only: group scans within pages, so fidelity k reads a prefix of each page.
     """
 
     write_mode: str = "raw"
@@ -75,13 +80,16 @@ class RGBImageField(Field):
     compress_probability: float = 0.5
     channels: int = 3
     dtype: str = "uint8"
+    scan_grouped: bool = False
 
     type_name = "beton.RGBImageField"
     has_payload = True
 
     @property
     def metadata_dtype(self) -> np.dtype:  # type: ignore[override]
-        return _PROGRESSIVE_METADATA if self.write_mode == "progressive" else _BASE_METADATA
+        if self.write_mode != "progressive":
+            return _BASE_METADATA
+        return _GROUPED_METADATA if self.scan_grouped else _PROGRESSIVE_METADATA
 
     def __post_init__(self) -> None:
         if self.write_mode not in WRITE_MODES:
@@ -99,6 +107,9 @@ class RGBImageField(Field):
             raise FieldError(f"jpeg_quality must lie in 1..100, got {self.jpeg_quality}")
         if self.max_resolution is not None and self.max_resolution < 1:
             raise FieldError(f"max_resolution must be positive, got {self.max_resolution}")
+        if self.scan_grouped and self.write_mode != "progressive":
+            raise FieldError("scan_grouped=True groups the scans of progressive JPEGs: it needs "
+                             f"write_mode='progressive', got {self.write_mode!r}")
         if not 0.0 <= self.compress_probability <= 1.0:
             raise FieldError(f"compress_probability must lie in [0, 1], got {self.compress_probability}")
 
@@ -148,7 +159,19 @@ class RGBImageField(Field):
         scan_ends[: len(ends)] = ends
         metadata = (IMAGE_MODES["progressive"], self.channels, 0, pixels.shape[0], pixels.shape[1], len(ends),
                     (0, 0, 0), scan_ends)
+        if self.scan_grouped:
+            if payload[ends[-1] :] != EOI:  # only the end marker may follow the last scan: it is not stored
+                raise EncodeError("progressive JPEG has data after its last scan; it cannot be scan-grouped")
+            metadata += (np.zeros(MAX_SCANS, np.uint32),)  # scan_starts: filled in by the writer
         return Encoded(metadata, payload)
+
+    def layout_pieces(self, metadata: np.void) -> list[int] | None:
+        if not self.scan_grouped:
+            return None
+        return metadata["scan_ends"][: int(metadata["num_scans"])].tolist()
+
+    def record_piece_starts(self, metadata: np.void, starts: list[int]) -> None:
+        metadata["scan_starts"][: len(starts)] = starts
 
     def _as_pixels(self, value: Any) -> np.ndarray:
         if not isinstance(value, np.ndarray):
@@ -202,6 +225,7 @@ def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype)
         if payload.size != expected:
             raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
         return np.array(payload.view(dtype).reshape(height, width, channels))
+    payload = progressive_prefix(payload, metadata, None, lambda nbytes: np.empty(nbytes, np.uint8))
     try:
         image = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels])
     except ValueError as error:
@@ -243,7 +267,7 @@ def _decode_for_rewrite(data: bytes, channels: int) -> np.ndarray:
         return image if channels == 1 else cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
-_EOI = b"\xff\xd9"
+EOI = b"\xff\xd9"  # end-of-image marker
 
 
 def jpeg_scan_ends(data: bytes) -> list[int]:
@@ -266,19 +290,39 @@ def jpeg_scan_ends(data: bytes) -> list[int]:
     return ends
 
 
-def progressive_prefix(payload: np.ndarray, metadata: np.void, fidelity: int | None, buffer: Any) -> np.ndarray:
+def progressive_prefix(payload: np.ndarray, metadata: np.void, fidelity: int | None, buffer: Any,
+                       gathered: bool = False) -> np.ndarray:
     """The bytes a decoder reads for ``fidelity`` scans: the first scans plus an EOI marker.
 
     ``buffer(nbytes)`` gives a reusable uint8 array to assemble the prefix in. None, or a fidelity at or above
-    the number of scans, reads the whole payload.
+    the number of scans, reads the whole payload. Scan-grouped payloads (``payload`` spans the sample's scans,
+    other samples' scans between them) are gathered scan by scan, unless the memory layer already did
+    (``gathered``: the payload is then a plain JPEG of the first scans).
     """
-    scans = int(metadata["num_scans"]) if metadata["mode"] == IMAGE_MODES["progressive"] else 0
-    if fidelity is None or scans == 0 or fidelity >= scans:
-        return payload
-    if fidelity < 1:
+    if fidelity is not None and fidelity < 1:
         raise DecodeError(f"fidelity must be at least 1, got {fidelity}")
-    end = int(metadata["scan_ends"][fidelity - 1])
-    prefix = buffer(end + len(_EOI))
+    scans = int(metadata["num_scans"]) if metadata["mode"] == IMAGE_MODES["progressive"] else 0
+    count = scans if fidelity is None else min(fidelity, scans)
+    if scans and not gathered and "scan_starts" in metadata.dtype.names:
+        return _gather_scans(payload, metadata, count, buffer)
+    if count == 0 or int(metadata["scan_ends"][count - 1]) + len(EOI) >= payload.size:
+        return payload  # no fewer scans than the payload holds
+    end = int(metadata["scan_ends"][count - 1])
+    prefix = buffer(end + len(EOI))
     prefix[:end] = payload[:end]
-    prefix[end:] = np.frombuffer(_EOI, np.uint8)
+    prefix[end:] = np.frombuffer(EOI, np.uint8)
     return prefix
+
+
+def _gather_scans(span: np.ndarray, metadata: np.void, count: int, buffer: Any) -> np.ndarray:
+    ends = metadata["scan_ends"][:count].astype(np.int64)
+    starts = metadata["scan_starts"][:count].astype(np.int64)
+    lengths = np.diff(ends, prepend=0)
+    if np.any(lengths < 0) or np.any(starts + lengths > span.size):
+        raise DecodeError(f"scan-grouped JPEG: scan ends {ends.tolist()} / starts {starts.tolist()} do not fit "
+                          f"its {span.size}-byte allocation")
+    out = buffer(int(ends[-1]) + len(EOI))
+    for start, length, end in zip(starts.tolist(), lengths.tolist(), ends.tolist()):
+        out[end - length : end] = span[start : start + length]
+    out[int(ends[-1]) :] = np.frombuffer(EOI, np.uint8)
+    return out

@@ -100,7 +100,7 @@ class _CropDecoder(SampleOperation):
         if metadata["mode"] in JPEG_MODES:
             factor = choose_dct_factor(crop_height, crop_width, out.shape[0], out.shape[1])
             payload = progressive_prefix(payload, metadata, _fidelity(self, context),
-                                         lambda nbytes: context.scratch(nbytes, "prefix"))
+                                         lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             image = _decode_scaled(payload, height, width, channels, factor, context)
             scale_y, scale_x = image.shape[0] / height, image.shape[1] / width
             y0, x0 = int(top * scale_y), int(left * scale_x)
@@ -197,7 +197,7 @@ class SimpleRGBImageDecoder(SampleOperation):
             raise DecodeError(f"image is {width}x{height}, expected {out.shape[1]}x{out.shape[0]}")
         if metadata["mode"] in JPEG_MODES:
             payload = progressive_prefix(payload, metadata, _fidelity(self, context),
-                                         lambda nbytes: context.scratch(nbytes, "prefix"))
+                                         lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             try:
                 simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
             except ValueError as error:

@@ -150,7 +150,10 @@ class Loader:
         batches = self.epoch_batches(epoch)[first:]
         keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
                 for stage in self.plan.stages for s in stage.steps}
-        self.memory.start_epoch(batches, self._columns)
+        if isinstance(self.memory, ProcessCache):
+            self.memory.start_epoch(batches, self._columns, self._scan_limits())
+        else:
+            self.memory.start_epoch(batches, self._columns)
         iterator = EpochIterator(
             batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
             num_slots=self.num_slots,
@@ -164,10 +167,25 @@ class Loader:
         """Read only the first ``scans`` scans of progressive JPEGs from the next batch on (None: all of them).
 
         Changes between epochs (a fidelity schedule) need no rewrite; it overrides the decoders' ``fidelity``.
+        With the process cache and scan-grouped images, the cache reads the scans the fidelity set when an epoch
+        starts: a higher fidelity set mid-epoch applies from the next epoch on.
         """
         if scans is not None and scans < 1:
             raise ValueError(f"fidelity must be at least 1 scan, got {scans}")
         self.fidelity = scans
+
+    def _scan_limits(self) -> dict[int, int | None]:
+        """Per payload column of scan-grouped images, the scans this epoch's decoders read (None: all)."""
+        decoders = {step.output: step.operation for stage in self.plan.stages for step in stage.steps
+                    if step.position == 0}
+        limits: dict[int, int | None] = {}
+        for output, (name, column) in enumerate(zip(self.plan.field_names, self._columns)):
+            if column < 0 or not getattr(self.reader.fields[name], "scan_grouped", False):
+                continue
+            wanted = self.fidelity if self.fidelity is not None else getattr(decoders.get(output), "fidelity", None)
+            known = limits.get(column, 0)
+            limits[column] = None if wanted is None or known is None else max(wanted, known)
+        return limits
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""

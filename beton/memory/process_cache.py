@@ -15,6 +15,11 @@ How it works
 * Unpinned pages stay resident while the budget allows, so a page used again soon is not read again; when the
   budget is full the least recently used unpinned page is dropped.
 
+Scan-grouped progressive JPEGs (``RGBImageField(scan_grouped=True)``): the loader says how many scans each such
+field needs (its fidelity, fixed for the epoch when it starts), the cache reads only the prefix of each page
+that holds those scans, and gathers each image's scans into a plain JPEG (``Source.gathered``). So a low
+fidelity reads fewer bytes from storage, as in PCR.
+
 ``read_bandwidth`` paces the reader thread: after each page it sleeps until the bytes read this epoch are no
 more than the rate allows, so storage never sees more than that rate on average (a page may burst).
 
@@ -30,10 +35,12 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from beton.errors import CorruptDataError
+from beton.fields.rgb_image import EOI
 from beton.memory.os_cache import MemoryCounters
 from beton.pipeline.operation import Source
 from beton.reader import Reader
@@ -46,6 +53,8 @@ class ProcessCache:
                  read_bandwidth: float | None = None) -> None:
         self._reader = reader
         self._pace = _Pace(read_bandwidth)
+        self._scan_limits: dict[int, int | None] = {}
+        self._page_need: np.ndarray | None = None
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._fd = os.open(reader.path, os.O_RDONLY)
@@ -59,8 +68,12 @@ class ProcessCache:
 
     # ---- epoch lifecycle ------------------------------------------------------------------------------------
 
-    def start_epoch(self, batches: Sequence[np.ndarray], columns: Sequence[int]) -> None:
+    def start_epoch(self, batches: Sequence[np.ndarray], columns: Sequence[int],
+                    scan_limits: Mapping[int, int | None] | None = None) -> None:
+        """``scan_limits``: per payload column of scan-grouped images, the scans to read (None: all)."""
         self._stop_reader()
+        self._scan_limits = dict(scan_limits or {})
+        self._page_need = self._bytes_needed_per_page(columns) if self._scan_limits else None
         self._reset([self._pages_of(samples, columns) for samples in batches])
         self.counters = MemoryCounters()
         self._pace.restart()
@@ -91,6 +104,27 @@ class ProcessCache:
         first, last = starts // reader.page_size, (starts + sizes - 1) // reader.page_size
         spans = [np.arange(a, b + 1) for a, b in zip(first[first != last], last[first != last])]
         return np.unique(np.concatenate([first, *spans]) if spans else first)
+
+    def _bytes_needed_per_page(self, columns: Sequence[int]) -> np.ndarray:
+        """How many bytes of each page this epoch reads: a prefix, when scan-grouped images need few scans."""
+        reader, page_size = self._reader, self._reader.page_size
+        need = np.zeros(reader.num_pages, np.int64)
+        for column in sorted({c for c in columns if c >= 0}):
+            allocation = reader.allocation_table[:, column]
+            starts = allocation["offset"].astype(np.int64) - reader.heap_offset
+            extents = allocation["size"].astype(np.int64)
+            if column in self._scan_limits:
+                extents = _scan_extents(self._metadata_of(column), self._scan_limits[column])
+            starts, ends = starts[extents > 0], starts[extents > 0] + extents[extents > 0]
+            last = (ends - 1) // page_size
+            np.maximum.at(need, last, ends - last * page_size)
+            for first, final in zip((starts // page_size)[starts // page_size != last], last[starts // page_size != last]):
+                need[first:final] = page_size  # a payload spanning pages needs all but its last page whole
+        return need
+
+    def _metadata_of(self, column: int) -> np.ndarray:
+        name = next(n for n, d in self._reader.descriptors.items() if d.payload_column == column)
+        return self._reader.data_table[name]
 
     # ---- the reader thread --------------------------------------------------------------------------------
 
@@ -135,6 +169,8 @@ class ProcessCache:
 
     def _read_page(self, page: int) -> np.ndarray:
         start, end = self._reader.page_bounds(page)
+        if self._page_need is not None:
+            end = start + min(end - start, int(self._page_need[page]))
         buffer = np.empty(end - start, np.uint8)
         read = os.preadv(self._fd, [buffer], start)
         if read != len(buffer):
@@ -159,15 +195,42 @@ class ProcessCache:
         allocation = reader.allocation_table[samples, column]
         offsets = allocation["offset"].astype(np.int64)
         sizes = allocation["size"].astype(np.int64)
-        staging = self._staging_buffer(slot, column, int(sizes.sum()))
-        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
         with self._condition:
             pages = dict(self._resident)  # pinned pages cannot be dropped until batch_done
+        if column in self._scan_limits:
+            return self._gathered_source(pages, metadata, column, samples, offsets - reader.heap_offset, slot)
+        staging = self._staging_buffer(slot, column, int(sizes.sum()))
+        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
         for offset, size, position in zip(offsets.tolist(), sizes.tolist(), positions.tolist()):
             self._copy_payload(pages, offset - reader.heap_offset, size, staging[position : position + size])
         view = staging[: int(sizes.sum())]
         view.flags.writeable = False
         return Source(metadata, view, positions, sizes)
+
+    def _gathered_source(self, pages: dict[int, np.ndarray], metadata: np.ndarray, column: int, samples: np.ndarray,
+                         starts: np.ndarray, slot: int) -> Source:
+        """Each image's first scans, copied out of the page prefixes, plus an end marker: a plain JPEG."""
+        limit = self._scan_limits[column]
+        records = metadata[samples]
+        counts = records["num_scans"].astype(np.int64)
+        counts = counts if limit is None else np.minimum(counts, limit)
+        ends = records["scan_ends"].astype(np.int64)
+        sizes = ends[np.arange(len(samples)), counts - 1] + len(EOI)
+        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+        staging = self._staging_buffer(slot, column, int(sizes.sum()))
+        eoi = np.frombuffer(EOI, np.uint8)
+        for i in range(len(samples)):
+            done = 0
+            for scan in range(int(counts[i])):
+                length = int(ends[i, scan]) - done
+                start = int(starts[i]) + int(records["scan_starts"][i, scan])
+                out = staging[positions[i] + done : positions[i] + done + length]
+                self._copy_payload(pages, start, length, out)
+                done += length
+            staging[positions[i] + done : positions[i] + done + len(EOI)] = eoi
+        view = staging[: int(sizes.sum())]
+        view.flags.writeable = False
+        return Source(metadata, view, positions, sizes, gathered=True)
 
     def _copy_payload(self, pages: dict[int, np.ndarray], start: int, size: int, out: np.ndarray) -> None:
         page_size = self._reader.page_size
@@ -175,7 +238,11 @@ class ProcessCache:
         while done < size:
             page, within = divmod(start + done, page_size)
             piece = min(size - done, page_size - within)
-            out[done : done + piece] = pages[page][within : within + piece]
+            available = pages[page][within : within + piece]  # pages may be read as prefixes
+            if len(available) != piece:
+                raise CorruptDataError(f"{self._reader.path}: page {page} was read up to byte {len(pages[page])}, "
+                                       f"a payload needs byte {within + piece}")
+            out[done : done + piece] = available
             done += piece
 
     def _staging_buffer(self, slot: int, column: int, size: int) -> np.ndarray:
@@ -239,6 +306,16 @@ class _Pace:
         ahead = self._bytes / self._rate - (time.perf_counter() - self._start)
         if ahead > 0:
             time.sleep(ahead)
+
+
+def _scan_extents(metadata: np.ndarray, limit: int | None) -> np.ndarray:
+    """Bytes from each allocation's offset to the end of its last needed scan (scans are stored in order)."""
+    counts = metadata["num_scans"].astype(np.int64)
+    last = (counts if limit is None else np.minimum(counts, limit)) - 1
+    rows = np.arange(len(metadata))
+    ends = metadata["scan_ends"].astype(np.int64)
+    previous = np.where(last > 0, ends[rows, np.maximum(last - 1, 0)], 0)
+    return metadata["scan_starts"][rows, last].astype(np.int64) + ends[rows, last] - previous
 
 
 def _max_window_union(batch_pages: list[np.ndarray], window: int) -> int:

@@ -87,6 +87,8 @@ class Source:
     memory: np.ndarray
     offsets: np.ndarray
     sizes: np.ndarray
+    #: True when the memory layer gathered scan-grouped payloads into plain JPEGs (the first scans + EOI).
+    gathered: bool = False
 
     def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self.metadata, self.memory, self.offsets, self.sizes
