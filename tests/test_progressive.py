@@ -185,3 +185,14 @@ def test_process_cache_reads_the_page_prefixes_a_fidelity_needs(grouped_files):
 def test_scan_grouping_needs_progressive_jpegs():
     with pytest.raises(beton.BetonError, match="progressive"):
         RGBImageField(write_mode="jpg", scan_grouped=True)
+
+
+def test_converting_baseline_jpegs_costs_one_small_generation_of_loss(tmp_path):
+    # No pip-only lossless transcoder exists, so JPEG bytes are decoded and re-encoded: measure what it costs.
+    jpegs = [simplejpeg.encode_jpeg(photo, quality=90, colorsubsampling=("444", "420")[i % 2])
+             for i, photo in enumerate(PHOTOS[:6])]
+    path = write(tmp_path / "converted.beton", {"image": RGBImageField(write_mode="progressive", jpeg_quality=90)},
+                 [(jpeg,) for jpeg in jpegs])
+    with beton.Reader(path) as reader:
+        for i, jpeg in enumerate(jpegs):
+            assert psnr(reader[i][0], simplejpeg.decode_jpeg(jpeg)) > 40
