@@ -6,7 +6,9 @@ For RandomResizedCrop-160 crops of photo JPEGs (~256 and ~500 px), compares agai
 float64 (full decode, crop, antialiased cubic-spline resize with scikit-image):
 * FFCV's method: full decode, uint8 INTER_AREA resize;
 * beton's: decode at the DCT scale that keeps the crop >= the output, then INTER_LINEAR where the remaining
-  shrink is below a threshold and INTER_AREA above it, for several thresholds.
+  shrink is below a threshold and INTER_AREA above it, for several thresholds; and the same with
+  libjpeg-turbo's fast chroma upsampling (``fast_upsample=True``, RandomResizedCrop's default) or its fast
+  integer IDCT.
 Also reports microseconds per image of the decode + resize. Writes benchmarks/results/image_quality.json.
 """
 
@@ -47,12 +49,12 @@ def full_decode_area(jpeg: bytes, crop) -> np.ndarray:
     return cv2.resize(image[top : top + height, left : left + width], (OUTPUT, OUTPUT), interpolation=cv2.INTER_AREA)
 
 
-def scaled_decode(jpeg: bytes, crop, threshold: float) -> np.ndarray:
+def scaled_decode(jpeg: bytes, crop, threshold: float, **decode_options: bool) -> np.ndarray:
     top, left, crop_height, crop_width = crop
     height, width, _, _ = simplejpeg.decode_jpeg_header(jpeg)
     factor = choose_dct_factor(crop_height, crop_width, OUTPUT, OUTPUT)
     image = simplejpeg.decode_jpeg(jpeg, min_height=-(-height // factor), min_width=-(-width // factor),
-                                   min_factor=factor)
+                                   min_factor=factor, **decode_options)
     scale_y, scale_x = image.shape[0] / height, image.shape[1] / width
     region = image[int(top * scale_y) : min(image.shape[0], math.ceil((top + crop_height) * scale_y)),
                    int(left * scale_x) : min(image.shape[1], math.ceil((left + crop_width) * scale_x))]
@@ -94,6 +96,10 @@ def main() -> None:
         for threshold in THRESHOLDS:
             methods[f"DCT-scaled + LINEAR below shrink {threshold}"] = (
                 lambda jpeg, crop, t=threshold: scaled_decode(jpeg, crop, t))
+        methods["DCT-scaled + LINEAR below shrink 3.0, fast chroma upsampling (beton's RandomResizedCrop)"] = (
+            lambda jpeg, crop: scaled_decode(jpeg, crop, 3.0, fastupsample=True))
+        methods["DCT-scaled + LINEAR below shrink 3.0, fast integer IDCT (not used)"] = (
+            lambda jpeg, crop: scaled_decode(jpeg, crop, 3.0, fastdct=True))
         scenario = {}
         for name, function in methods.items():
             outputs = [function(jpeg, crop) for jpeg, crop in zip(jpegs, crop_list)]

@@ -265,6 +265,19 @@ def test_scaled_decode_matches_full_decode_with_area_resize(tmp_path):
         assert psnr(image, reference) >= 30
 
 
+def test_fast_chroma_upsampling_stays_close_to_the_accurate_decode(photo_files):
+    def batches(fast):
+        decoder = RandomResizedCropRGBImageDecoder((48, 48), fast_upsample=fast)
+        with Loader(photo_files["jpg"], batch_size=24, seed=3, copy=True,
+                    pipelines={"image": [decoder, ToTensor()]}) as loader:
+            return next(iter(loader))[0].numpy()
+
+    fast, accurate = batches(True), batches(False)
+    assert not np.array_equal(fast, accurate)  # the option reaches the decoder
+    assert min(psnr(a, b) for a, b in zip(fast, accurate)) >= 35
+    assert RandomResizedCropRGBImageDecoder((8, 8)).fast_upsample and not CenterCropRGBImageDecoder((8, 8)).fast_upsample
+
+
 def test_simple_decoder_needs_one_size(tmp_path, photo_files):
     same = [photo_crop(i, 20, 30) for i in range(5)]
     for mode in ("raw", "jpg"):

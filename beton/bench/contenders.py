@@ -213,7 +213,8 @@ def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str) -> It
 
 
 class DecodeLimit:
-    """simplejpeg alone, at the DCT scale beton's decoder picks for each image, in 2 threads: an upper bound."""
+    """simplejpeg alone, at the DCT scale and with the chroma upsampling beton's decoder uses for each image, in 2
+    threads: an upper bound."""
 
     def __init__(self, jpegs: list[bytes], task: ImageTask, seed: int = 0) -> None:
         self.jpegs, self.task, self.seed, self.epoch = jpegs, task, seed, 0
@@ -228,11 +229,13 @@ class DecodeLimit:
             factor = choose_dct_factor(crop_height, crop_width, self.task.size, self.task.size)
             jobs.append((data, -(-height // factor), -(-width // factor), factor))
 
+        fast_upsample = self.task.train  # the decoder settings beton's crop decoder uses for this task
+
         def decode(part):
             buffer = np.empty(4000 * 4000 * 3, np.uint8)
             for data, min_height, min_width, factor in part:
                 simplejpeg.decode_jpeg(data, min_height=min_height, min_width=min_width, min_factor=factor,
-                                       buffer=buffer)
+                                       buffer=buffer, fastupsample=fast_upsample)
 
         threads = [threading.Thread(target=decode, args=(jobs[k::WORKERS],)) for k in range(WORKERS)]
         for thread in threads:
