@@ -14,18 +14,16 @@ benchmarks/results/balanced_mix.json and prints a Markdown table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
-import time
 
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
 from beton.bench.data import DecodedJpegDataset, JpegDataset, make_jpegs
+from beton.bench.report import argument_parser, run_header, save_json
 from beton.bench.timing import epoch_rate
 from beton.fields import IntField, RGBImageField
 from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
@@ -67,16 +65,13 @@ def measure(loaders: dict[str, Loader], repeats: int) -> dict[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = argument_parser(__doc__, images=2000, repeats=3)
     parser.add_argument("--bandwidths", type=float, nargs="+", default=[150.0, 400.0, 1000.0],
                         help="read rates in MB/s (the page cache, unthrottled, is always measured too)")
     arguments = parser.parse_args()
     cv2.setNumThreads(1)
     jpegs = make_jpegs(arguments.images, 256)
-    result: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-                    "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "rates": {}}
+    result: dict = {**run_header(), "images": arguments.images, "rates": {}}
     with tempfile.TemporaryDirectory() as directory:
         jpeg_file = write(os.path.join(directory, "jpeg.beton"), JpegDataset(jpegs), write_mode="jpg")
         raw_file = write(os.path.join(directory, "raw.beton"), DecodedJpegDataset(jpegs), write_mode="raw")
@@ -105,9 +100,7 @@ def main() -> None:
                                                 / measured["proportion (same fraction)"]["images_per_s"], 2),
             }
             print(json.dumps(result["rates"], indent=2)[-1500:])
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     print(markdown(result))
 
 

@@ -11,18 +11,15 @@ The process cache still reads whole pages, so this measures the OS-cache path on
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
-import time
 
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
 from beton.bench.data import make_jpegs
+from beton.bench.report import argument_parser, run_header, save_json
 from beton.bench.suite import measured_epoch
 from beton.fields import IntField, RGBImageField
 from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
@@ -44,9 +41,7 @@ def one_epoch(path: str, fidelity: int | None, cold: bool, readahead: bool = Tru
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = argument_parser(__doc__, images=1000, repeats=3)
     arguments = parser.parse_args()
     cv2.setNumThreads(1)
     jpegs = make_jpegs(arguments.images, 500)
@@ -76,12 +71,9 @@ def main() -> None:
                           "bytes_read_per_epoch_no_readahead": int(statistics.median(entry["no_readahead_bytes"])),
                           "images_per_s_cold_no_readahead": round(statistics.median(entry["no_readahead_rate"])),
                           "images_per_s_warm": round(statistics.median(entry["warm_rate"]))}
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "file_bytes": file_bytes,
+    result = {**run_header(), "images": arguments.images, "file_bytes": file_bytes,
               "fidelities": rows}
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     full = rows["all scans"]
     print(f"{arguments.images} progressive JPEGs (~500 px), file {file_bytes / 2**20:.1f} MiB\n")
     print("| scans read | read (readahead) | images/s | read (readahead=False) | vs all scans | images/s | "

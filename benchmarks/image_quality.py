@@ -14,7 +14,6 @@ Also reports microseconds per image of the decode + resize. Writes benchmarks/re
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -24,6 +23,7 @@ import cv2
 import numpy as np
 import simplejpeg
 
+from beton.bench.report import argument_parser, save_json
 from beton.fields.image_crops import random_resized_crop
 from beton.fields.rgb_image_decoders import choose_dct_factor
 from beton.sample_photos import photo_crop
@@ -81,8 +81,7 @@ def timed(function, jpegs, crop_list) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=300)
+    parser = argument_parser(__doc__, images=300)
     arguments = parser.parse_args()
     cv2.setNumThreads(1)
     result = {}
@@ -111,9 +110,7 @@ def main() -> None:
                               "min_psnr_vs_ffcv_method_db": round(float(np.min(versus_ffcv)), 2),
                               "us_per_image": round(timed(function, jpegs, crop_list))}
         result[f"~{side} px"] = scenario
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     print(json.dumps(result, indent=2))
 
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import numpy as np
 
@@ -29,6 +27,7 @@ import beton
 from beton import Loader, OrderOption
 from beton.bench import contenders
 from beton.bench.data import ArrayDataset, make_raw_images
+from beton.bench.report import run_header, save_json
 from beton.bench.timing import alternating_rates
 from beton.fields import IntField, NDArrayField
 from beton.fields.decoders import IntDecoder, NDArrayDecoder
@@ -101,8 +100,7 @@ def main() -> None:
         cold = first_batch_seconds(path, cold_cache)
         warm = first_batch_seconds(path, cold_cache)
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d"),
+        **run_header(),
         "samples": samples,
         "batch_size": BATCH_SIZE,
         "samples_per_s": {name: round(value) for name, value in throughput.items()},
@@ -112,9 +110,7 @@ def main() -> None:
         "first_batch_s": {"cold_total": round(cold[0], 2), "cold_after_import": round(cold[1], 2),
                           "warm_total": round(warm[0], 2), "warm_after_import": round(warm[1], 2)},
     }
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     print(json.dumps(result, indent=2))
     print("\n| loader | samples/s | beton is ×faster |\n|---|---|---|")
     for name, value in throughput.items():

@@ -12,10 +12,8 @@ Writes benchmarks/results/lossless.json and prints a Markdown table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 
@@ -25,6 +23,7 @@ import numpy as np
 from beton import DatasetWriter
 from beton.bench.contenders import ImageTask, beton_images, torch_images
 from beton.bench.data import ArrayDataset
+from beton.bench.report import argument_parser, run_header, save_json
 from beton.bench.timing import alternating_rates
 from beton.fields import IntField, RGBImageField
 from beton.fields.lossless_codec import decode_lossless, encode_lossless
@@ -71,9 +70,7 @@ def decode_rates(photos: list[np.ndarray], pngs: list[bytes], repeats: int) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = argument_parser(__doc__, images=1000, repeats=3)
     arguments = parser.parse_args()
     cv2.setNumThreads(1)
     photos = make_photos(arguments.images)
@@ -92,16 +89,13 @@ def main() -> None:
         rates = alternating_rates(loaders, arguments.repeats)
         for loader in loaders.values():
             getattr(loader, "close", lambda: None)()
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "bytes": sizes,
+    result = {**run_header(), "images": arguments.images, "bytes": sizes,
               "size_vs_png_level6": sizes["beton_lossless_file"] / sizes["png_level6"],
               "rrc160_images_per_s": {name: round(rate) for name, rate in rates.items()},
               "rrc160_lossless_vs_png": rates["beton lossless"] / rates["torch DataLoader + cv2 PNG"],
               "decode_whole_image_per_s_one_thread": {name: round(rate) for name, rate in
                                                       decode_rates(photos[:300], pngs[:300], arguments.repeats).items()}}
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     print(json.dumps(result, indent=2))
 
 

@@ -12,10 +12,7 @@ medians over alternating repeats. Writes benchmarks/results/scan_groups.json and
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -24,6 +21,7 @@ import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
 from beton.bench.data import make_jpegs
+from beton.bench.report import argument_parser, run_header, save_json
 from beton.fields import IntField, RGBImageField
 from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.transforms import ToTensor
@@ -45,9 +43,7 @@ def one_epoch(path: str, fidelity: int | None, bandwidth: float | None) -> tuple
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = argument_parser(__doc__, images=1000, repeats=3)
     parser.add_argument("--bandwidth", type=float, default=50.0, help="MB/s for the throttled runs")
     arguments = parser.parse_args()
     cv2.setNumThreads(1)
@@ -75,12 +71,9 @@ def main() -> None:
             row[f"images_per_s_{key}"] = round(statistics.median(rate for rate, _ in measured))
             row[f"mb_read_{key}"] = round(statistics.median(read for _, read in measured) / 1e6, 2)
         file_bytes = {layout: os.path.getsize(path) for layout, path in paths.items()}
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d"), "images": arguments.images, "file_bytes": file_bytes,
+    result = {**run_header(), "images": arguments.images, "file_bytes": file_bytes,
               "throttle_mb_per_s": arguments.bandwidth, "rows": rows}
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump(result, file, indent=2)
+    save_json(RESULTS, result)
     print(f"| fidelity, layout | MB read | images/s at {arguments.bandwidth:g} MB/s | images/s, page cache |")
     print("|---|---|---|---|")
     for name, row in rows.items():

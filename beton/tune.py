@@ -16,8 +16,9 @@ images under ``OrderOption.BALANCED`` (see :mod:`beton.order.balanced`).
 The host is measured: JPEG decode time on a sample of the file's images (fitted as seconds per pixel and per
 byte, at full size and on one core), the rest of a crop pipeline's CPU time per image (a short loader run over
 up to 512 of the file's JPEGs, minus their modelled decode time), and read bandwidth by reading the file
-after dropping it from the page cache. Pass ``read_bandwidth`` to plan for other storage (a network file system, a throttled process cache).
-Images already stored raw in the source stay raw. Decoding at a DCT scale (small crops of large JPEGs) costs
+after dropping it from the page cache. Pass ``read_bandwidth`` to plan for other storage (a network file
+system, a throttled process cache). Images already stored raw in the source stay raw; progressive JPEGs are
+kept whole (as baseline-mode records); lossless images cannot be tuned. Decoding at a DCT scale (small crops of large JPEGs) costs
 less than the full-size decode measured here, so the plan then errs towards raw.
 """
 
@@ -34,7 +35,7 @@ import simplejpeg
 from beton._cores import usable_cores
 from beton.errors import FieldError
 from beton.fields.decoders import RandomResizedCropRGBImageDecoder
-from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image
+from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image, progressive_prefix
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
 from beton.reader import Reader
@@ -254,17 +255,22 @@ class _BalancedSource:
                 values.append(field.to_python(record, payload))
             elif index in self.raw or record["mode"] == IMAGE_MODES["raw"]:
                 values.append(decode_stored_image(record, payload, field.numpy_dtype))
-            else:
-                values.append(bytes(payload))
+            else:  # the whole JPEG (scan-grouped ones gathered), stored as it is
+                values.append(progressive_prefix(payload, record, None, _new_buffer).tobytes())
         return tuple(values)
+
+
+def _new_buffer(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, np.uint8)
 
 
 def write_balanced(source: str | os.PathLike[str], output: str | os.PathLike[str], field: str,
                    raw_samples: np.ndarray, num_workers: int = -1, progress: bool = True) -> None:
     """Copy ``source`` to ``output`` with ``raw_samples`` of ``field`` stored raw, other JPEGs as they are."""
     with Reader(source) as reader:
-        fields = {name: (dataclasses.replace(f, write_mode="balanced", max_resolution=None) if name == field else f)
-                  for name, f in reader.fields.items()}
+        balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
+                                       scan_grouped=False)
+        fields = {name: balanced if name == field else f for name, f in reader.fields.items()}
         page_size = reader.page_size
     writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress)
     writer.from_indexed_dataset(_BalancedSource(os.fspath(source), field, np.asarray(raw_samples, np.int64)))
@@ -289,6 +295,8 @@ def tune(source: str | os.PathLike[str], output: str | os.PathLike[str] | None =
         name = image_field(reader, field)
         if reader.fields[name].channels == 4 or reader.fields[name].dtype != "uint8":
             raise FieldError(f"{reader.path}: field {name!r} cannot hold JPEGs (4 channels or uint16)")
+        if np.any(reader.data_table[name]["mode"] == IMAGE_MODES["lossless"]):
+            raise FieldError(f"{reader.path}: field {name!r} holds lossless images; tune mixes raw and JPEG")
         profile = measure_host(reader, name, cores, read_bandwidth, output_size)
         plan = plan_mix(reader, name, profile, batch_size, extra_cpu_seconds_per_image)
     if output is not None:

@@ -154,3 +154,19 @@ def test_read_bandwidth_paces_the_process_cache(jpeg_file):
     assert read > 0 and elapsed >= 0.9 * (read - 16384) / rate  # the first page may come before any pause
     with pytest.raises(ValueError, match="read_bandwidth"):
         Loader(jpeg_file, batch_size=4, read_bandwidth=rate)
+
+
+def test_scan_grouped_progressive_sources_are_rewritten_whole_and_lossless_ones_refused(tmp_path):
+    samples = [(jpeg, i) for i, jpeg in enumerate(JPEGS[:20])]
+    grouped = write(tmp_path / "grouped.beton", {"image": RGBImageField(write_mode="progressive", scan_grouped=True),
+                                                 "label": IntField()}, samples, page_size=4096)
+    output = tmp_path / "balanced.beton"
+    write_balanced(grouped, output, "image", np.array([0, 5]), num_workers=0, progress=False)
+    with beton.Reader(grouped) as source, beton.Reader(output) as balanced:
+        assert balanced.data_table["image"]["mode"].tolist() == [0 if i in (0, 5) else 1 for i in range(20)]
+        for i in range(20):
+            np.testing.assert_array_equal(balanced[i][0], source[i][0])
+    lossless = write(tmp_path / "lossless.beton", {"image": RGBImageField(write_mode="lossless")},
+                     [(np.zeros((8, 8, 3), np.uint8),)])
+    with pytest.raises(beton.BetonError, match="lossless"):
+        tune(lossless, read_bandwidth=1e8)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import numpy as np
 from beton import DatasetWriter, OrderOption
 from beton.bench import contenders as c
 from beton.bench.data import JpegDataset, make_jpegs, make_raw_images
+from beton.bench.report import run_header
 from beton.bench.timing import alternating_rates, epoch_rate
 from beton.fields import IntField, RGBImageField
 
@@ -164,8 +164,7 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 3)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d"), "quick": quick, "images": count, "scenarios": {}}
+    result = {**run_header(), "quick": quick, "images": count, "scenarios": {}}
     scenarios = result["scenarios"]
     with tempfile.TemporaryDirectory() as directory:
         small, large = make_jpegs(count, 256), make_jpegs(count, 500)

@@ -7,9 +7,11 @@ FFCV's ``proportion`` mode mixes at random, so some batches are decode-bound and
 Plan: with R raw among N selected samples and batch size B, every full batch gets k = round(R * B / N) raw
 samples and the last, partial batch the rest, when the rest is within one of that batch's share (it is for
 files written by ``beton tune`` for this batch size); otherwise the raw samples are spread so that every
-batch's count is within one of its share R * size / N (cumulative rounding). Which samples: the raw and the JPEG samples are each shuffled page-aware,
-exactly as QUASI_RANDOM does with one page ranking for both, so the two streams walk the pages together and a
-process cache reads each page about once per epoch. A pure function of (seed, epoch), like every order.
+batch's count is within one of its share R * size / N (cumulative rounding).
+
+Which samples: the raw and the JPEG samples are each shuffled page-aware, as QUASI_RANDOM does, with one
+page ranking for both, so the two streams walk the pages together and a process cache reads each page about
+once per epoch. A pure function of (seed, epoch), like every order.
 
 Sharding: ranks get contiguous parts of this order, so a rank's batches keep the composition when each
 rank's part is a whole number of batches (``drop_last=True`` and N divisible by world_size * B).
