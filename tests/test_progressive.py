@@ -196,3 +196,43 @@ def test_converting_baseline_jpegs_costs_one_small_generation_of_loss(tmp_path):
     with beton.Reader(path) as reader:
         for i, jpeg in enumerate(jpegs):
             assert psnr(reader[i][0], simplejpeg.decode_jpeg(jpeg)) > 40
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+def test_grouped_images_larger_than_a_page_span_pages_and_still_read_back(tmp_path, os_cache):
+    photos = [photo_crop(i, 160, 200) for i in range(6)]  # each progressive JPEG is larger than a 4 KiB page
+    files = {grouped: write(tmp_path / f"{grouped}.beton",
+                            {"image": RGBImageField(write_mode="progressive", scan_grouped=grouped)},
+                            [(p,) for p in photos], page_size=4096)
+             for grouped in (False, True)}
+    with beton.Reader(files[True]) as reader:
+        assert (reader.allocation_table[:, 0]["size"] > reader.page_size).all()
+        for i, photo in enumerate(photos):
+            assert psnr(reader[i][0], photo) > 30
+
+    def batches(path, fidelity):
+        with Loader(path, batch_size=4, os_cache=os_cache, copy=True,
+                    pipelines={"image": [CenterCropRGBImageDecoder((32, 32), fidelity=fidelity), ToTensor()]}) as loader:
+            return [images.numpy() for (images,) in loader]
+
+    for fidelity in (2, None):
+        for grouped, plain in zip(batches(files[True], fidelity), batches(files[False], fidelity)):
+            np.testing.assert_array_equal(grouped, plain)
+
+
+def test_grouped_records_keep_other_payload_fields_intact(tmp_path):
+    from beton.fields import BytesField
+    from beton.fields.decoders import BytesDecoder
+
+    blobs = [bytes([i]) * size for i, size in enumerate((0, 10, 3000, 9000, 1, 500))]
+    samples = [(photo_crop(i, 48, 64), blob) for i, blob in enumerate(blobs)]
+    path = write(tmp_path / "mixed.beton", {"image": RGBImageField(write_mode="progressive", scan_grouped=True),
+                                            "blob": BytesField()}, samples, page_size=4096)
+    assert beton.verify(path).checksummed
+    with beton.Reader(path) as reader:
+        for i, (photo, blob) in enumerate(samples):
+            image, stored = reader[i]
+            assert stored == blob and psnr(image, photo) > 30
+    with Loader(path, batch_size=3, os_cache=False, pipelines={"image": [CenterCropRGBImageDecoder((16, 16), fidelity=1)],
+                                                               "blob": [BytesDecoder()]}) as loader:
+        assert [bytes(b) for _, batch in loader for b in batch] == blobs
