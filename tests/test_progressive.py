@@ -182,6 +182,19 @@ def test_process_cache_reads_the_page_prefixes_a_fidelity_needs(grouped_files):
     assert read[1] < 0.25 * read[10]
 
 
+def test_os_cache_counts_the_bytes_of_the_scans_read(grouped_files):
+    with beton.Reader(grouped_files[True]) as reader:
+        table = reader.data_table["image"]
+        expected = {k: int(table["scan_ends"][:, k - 1].astype(np.int64).sum()) for k in (1, 3, 10)}
+    for k, total in expected.items():
+        with Loader(grouped_files[True], batch_size=8, pipelines={"image": [CenterCropRGBImageDecoder((16, 16))],
+                                                                 "label": None}) as loader:
+            loader.set_fidelity(k)
+            for _ in loader:
+                pass
+            assert loader.memory_counters["bytes_read"] == total
+
+
 def test_scan_grouping_needs_progressive_jpegs():
     with pytest.raises(beton.BetonError, match="progressive"):
         RGBImageField(write_mode="jpg", scan_grouped=True)

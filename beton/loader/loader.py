@@ -150,10 +150,7 @@ class Loader:
         batches = self.epoch_batches(epoch)[first:]
         keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
                 for stage in self.plan.stages for s in stage.steps}
-        if isinstance(self.memory, ProcessCache):
-            self.memory.start_epoch(batches, self._columns, self._scan_limits())
-        else:
-            self.memory.start_epoch(batches, self._columns)
+        self.memory.start_epoch(batches, self._columns, self._scan_limits())
         iterator = EpochIterator(
             batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
             num_slots=self.num_slots,

@@ -7,6 +7,7 @@ decoders. Counters report the payload bytes the loader asked for (the OS does th
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -42,6 +43,13 @@ class MemoryCounters:
             return {"pages_read": self.pages_read, "bytes_read": self.bytes_read}
 
 
+def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
+    """Bytes of each progressive JPEG's first ``limit`` scans (None: all of them)."""
+    counts = metadata["num_scans"].astype(np.int64)
+    last = (counts if limit is None else np.minimum(counts, limit)) - 1
+    return metadata["scan_ends"][np.arange(len(metadata)), last].astype(np.int64)
+
+
 class OSCache:
     """Sources for decoders from the memory map of the file.
 
@@ -61,9 +69,14 @@ class OSCache:
         self._offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
         self._sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
         self.counters = MemoryCounters()
+        self._scan_limits: dict[int, int | None] = {}
 
-    def start_epoch(self, batches: list[np.ndarray], columns: list[int]) -> None:
+    def start_epoch(self, batches: list[np.ndarray], columns: list[int],
+                    scan_limits: Mapping[int, int | None] | None = None) -> None:
+        """``scan_limits``: per payload column of scan-grouped images, the scans the decoders read (None: all),
+        so that the counters count those scans' bytes rather than each image's allocation span."""
         self.counters = MemoryCounters()
+        self._scan_limits = dict(scan_limits or {})
 
     def empty_source(self, metadata: np.ndarray, column: int) -> Source:
         empty = np.zeros(0, np.int64)
@@ -74,7 +87,10 @@ class OSCache:
             return self.empty_source(metadata, column)
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
-        self.counters.add(0, int(sizes.sum()))
+        if column in self._scan_limits:
+            self.counters.add(0, int(scan_bytes(metadata[samples], self._scan_limits[column]).sum()))
+        else:
+            self.counters.add(0, int(sizes.sum()))
         return Source(metadata, self._memory, offsets, sizes)
 
     def batch_done(self, batch_index: int) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from beton.errors import CorruptDataError
 from beton.fields.rgb_image import EOI
-from beton.memory.os_cache import MemoryCounters
+from beton.memory.os_cache import MemoryCounters, scan_bytes
 from beton.pipeline.operation import Source
 from beton.reader import Reader
 
@@ -215,7 +215,7 @@ class ProcessCache:
         counts = records["num_scans"].astype(np.int64)
         counts = counts if limit is None else np.minimum(counts, limit)
         ends = records["scan_ends"].astype(np.int64)
-        sizes = ends[np.arange(len(samples)), counts - 1] + len(EOI)
+        sizes = scan_bytes(records, limit) + len(EOI)
         positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
         staging = self._staging_buffer(slot, column, int(sizes.sum()))
         eoi = np.frombuffer(EOI, np.uint8)
