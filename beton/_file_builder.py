@@ -84,8 +84,7 @@ class _RecordSample:
 
     @property
     def nbytes(self) -> int:
-        return sum(len(payload) if ends is None else (ends[-1] if ends else 0)
-                   for payload, ends in zip(self.payloads, self.pieces))
+        return sum(len(payload) if ends is None else ends[-1] for payload, ends in zip(self.payloads, self.pieces))
 
 
 class _Record:
@@ -128,8 +127,6 @@ class _Record:
             ends = self.samples[number].pieces[column]
             last_end = positions[-1] + ends[-1] - (ends[-2] if len(ends) > 1 else 0)
             placements[number][column] = (positions[0], last_end - positions[0], [p - positions[0] for p in positions])
-        for number, sample in enumerate(self.samples):  # grouped columns with no pieces: empty allocations
-            placements[number] = [p if p is not None else (len(data), 0, []) for p in placements[number]]
         return bytes(data), placements
 
 
@@ -168,7 +165,8 @@ class FileBuilder:
         self.num_samples += len(chunk.rows)
 
     def _pieces(self, row: np.void) -> list[list[int] | None]:
-        """Per payload column, the piece ends of a field that groups pieces within pages (else None)."""
+        """Per payload column, the piece ends of a field that groups pieces within pages (else None; a field
+        with no pieces for this sample stores it whole)."""
         return [self._spec.fields[index].layout_pieces(row[self._spec.names[index]]) or None
                 for index in self._payload_fields]
 

@@ -116,10 +116,10 @@ class ProcessCache:
             if column in self._scan_limits:
                 extents = _scan_extents(self._metadata_of(column), self._scan_limits[column])
             starts, ends = starts[extents > 0], starts[extents > 0] + extents[extents > 0]
-            last = (ends - 1) // page_size
+            first, last = starts // page_size, (ends - 1) // page_size
             np.maximum.at(need, last, ends - last * page_size)
-            for first, final in zip((starts // page_size)[starts // page_size != last], last[starts // page_size != last]):
-                need[first:final] = page_size  # a payload spanning pages needs all but its last page whole
+            for page, final in zip(first[first != last], last[first != last]):
+                need[page:final] = page_size  # a payload spanning pages needs all but its last page whole
         return need
 
     def _metadata_of(self, column: int) -> np.ndarray:
