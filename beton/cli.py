@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from beton.errors import BetonError
-from beton.fields.rgb_image import IMAGE_MODES, WRITE_MODES, RGBImageField
+from beton.fields.rgb_image import IMAGE_MODES, WRITE_MODES, RGBImageField, scan_bytes
 from beton.reader import Reader
 from beton.verify import verify
 
@@ -44,6 +44,8 @@ def describe(reader: Reader) -> str:
         lines.append(f"  {name!r}: {descriptor.type_name} {arguments}")
         if descriptor.has_payload and reader.num_samples:
             sizes = reader.allocation_table[:, descriptor.payload_column]["size"]
+            if "scan_starts" in (reader.data_table[name].dtype.names or ()):  # grouped: allocations overlap
+                sizes = scan_bytes(reader.data_table[name], None)
             lines.append(
                 f"      payload bytes: mean {float(np.mean(sizes)):.1f}, min {int(sizes.min())}, "
                 f"max {int(sizes.max())}, total {_bytes(int(sizes.sum()))}"

@@ -249,3 +249,14 @@ def test_grouped_records_keep_other_payload_fields_intact(tmp_path):
     with Loader(path, batch_size=3, os_cache=False, pipelines={"image": [CenterCropRGBImageDecoder((16, 16), fidelity=1)],
                                                                "blob": [BytesDecoder()]}) as loader:
         assert [bytes(b) for _, batch in loader for b in batch] == blobs
+
+
+def test_info_counts_the_stored_bytes_of_grouped_images(grouped_files):
+    from beton.cli import describe
+
+    lines = {}
+    for grouped, path in grouped_files.items():
+        with beton.Reader(path) as reader:
+            lines[grouped] = next(line for line in describe(reader).splitlines() if "payload bytes" in line)
+    mean = {grouped: float(line.split("mean ")[1].split(",")[0]) for grouped, line in lines.items()}
+    assert mean[True] == pytest.approx(mean[False] - 2)  # the end marker is not stored, scans are counted once

@@ -297,6 +297,13 @@ def jpeg_scan_ends(data: bytes) -> list[int]:
     return ends
 
 
+def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
+    """Bytes of each progressive JPEG's first ``limit`` scans (None: all of them), from data-table records."""
+    counts = metadata["num_scans"].astype(np.int64)
+    last = (counts if limit is None else np.minimum(counts, limit)) - 1
+    return metadata["scan_ends"][np.arange(len(metadata)), last].astype(np.int64)
+
+
 def progressive_prefix(payload: np.ndarray, metadata: np.void, fidelity: int | None, buffer: Any,
                        gathered: bool = False) -> np.ndarray:
     """The bytes a decoder reads for ``fidelity`` scans: the first scans plus an EOI marker.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from beton.fields.rgb_image import scan_bytes
 from beton.pipeline.operation import Source
 from beton.reader import Reader
 
@@ -41,13 +42,6 @@ class MemoryCounters:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {"pages_read": self.pages_read, "bytes_read": self.bytes_read}
-
-
-def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
-    """Bytes of each progressive JPEG's first ``limit`` scans (None: all of them)."""
-    counts = metadata["num_scans"].astype(np.int64)
-    last = (counts if limit is None else np.minimum(counts, limit)) - 1
-    return metadata["scan_ends"][np.arange(len(metadata)), last].astype(np.int64)
 
 
 class OSCache:

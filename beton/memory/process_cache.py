@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from beton.errors import CorruptDataError
-from beton.fields.rgb_image import EOI
-from beton.memory.os_cache import MemoryCounters, scan_bytes
+from beton.fields.rgb_image import EOI, scan_bytes
+from beton.memory.os_cache import MemoryCounters
 from beton.pipeline.operation import Source
 from beton.reader import Reader
 
