@@ -10,6 +10,8 @@ import cv2
 import numpy as np
 import pytest
 import simplejpeg
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import beton
 from beton import Loader
@@ -260,3 +262,20 @@ def test_info_counts_the_stored_bytes_of_grouped_images(grouped_files):
             lines[grouped] = next(line for line in describe(reader).splitlines() if "payload bytes" in line)
     mean = {grouped: float(line.split("mean ")[1].split(",")[0]) for grouped, line in lines.items()}
     assert mean[True] == pytest.approx(mean[False] - 2)  # the end marker is not stored, scans are counted once
+
+
+@settings(max_examples=15)
+@given(sizes=st.lists(st.tuples(st.integers(8, 96), st.integers(8, 96)), min_size=1, max_size=10),
+       page_size=st.sampled_from([256, 1024, 4096, 65536]))
+def test_grouped_layout_round_trips_for_any_sizes_and_page_size(tmp_path_factory, sizes, page_size):
+    directory = tmp_path_factory.mktemp("grouped_any")
+    samples = [(photo_crop(i, h, w), i) for i, (h, w) in enumerate(sizes)]
+    paths = [write(directory / f"{grouped}.beton", {"image": RGBImageField(write_mode="progressive",
+                                                                           scan_grouped=grouped),
+                                                   "label": IntField()}, samples, page_size=page_size)
+             for grouped in (False, True)]
+    with beton.Reader(paths[0]) as plain, beton.Reader(paths[1]) as grouped:
+        for i in range(len(samples)):
+            assert grouped[i][1] == i
+            np.testing.assert_array_equal(grouped[i][0], plain[i][0])
+    assert beton.verify(paths[1]).checksummed
