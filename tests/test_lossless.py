@@ -171,3 +171,23 @@ def test_a_corrupt_tile_names_the_sample_and_field(tmp_path):
             for _ in loader:
                 pass
     assert caught.value.sample == 4 and caught.value.field == "image"
+
+
+def test_parallel_decode_is_safe_from_several_threads():
+    import threading
+
+    image = photo_crop(2, 150, 210)
+    payload = as_payload(encode_lossless(image))
+    failures = []
+
+    def decode_repeatedly():
+        for _ in range(5):
+            if not np.array_equal(decode_lossless(payload, 150, 210, 3, parallel=True), image):
+                failures.append("mismatch")
+
+    threads = [threading.Thread(target=decode_repeatedly) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures

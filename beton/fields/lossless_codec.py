@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from beton.errors import DecodeError
+from beton.pipeline.threading_layer import ensure_thread_safe_layer
 
 __all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile_grid", "DEFAULT_TILE_LOG2",
            "lossless_region_bounds"]
@@ -335,6 +336,7 @@ def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int,
         return np.array(region)
     tile_log2 = _check_header(payload, height, width)
     out = np.empty((height, width, channels), np.uint8)
+    ensure_thread_safe_layer()  # callers may decode from several threads; workqueue would abort
     if _decode_tiles_parallel(payload, height, width, tile_log2, out):
         raise DecodeError("lossless image: a tile is corrupt")
     return out
