@@ -170,3 +170,14 @@ def test_scan_grouped_progressive_sources_are_rewritten_whole_and_lossless_ones_
                      [(np.zeros((8, 8, 3), np.uint8),)])
     with pytest.raises(beton.BetonError, match="lossless"):
         tune(lossless, read_bandwidth=1e8)
+
+
+def test_every_rank_keeps_the_composition_when_its_part_is_whole_batches():
+    from beton.order import shard
+
+    modes = np.array([0, 1, 1, 1] * 32, np.uint8)  # 128 samples, a quarter raw
+    context = OrderContext(np.arange(128) // 10, 16, {"image": modes})
+    order = BalancedOrder().permutation(np.arange(128), 7, 0, context)
+    for rank in range(2):
+        mine = shard(order, rank, 2, drop_last=True)
+        assert [int((modes[mine[b : b + 16]] == 0).sum()) for b in range(0, len(mine), 16)] == [4] * 4

@@ -95,3 +95,20 @@ def test_a_truncated_ffcv_file_is_refused(tmp_path):
         path.write_bytes(data[:length])
         with pytest.raises(FormatError):
             beton.Reader(path)
+
+
+def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(tmp_path):
+    from beton.tune import tune
+
+    output = tmp_path / "balanced.beton"
+    _, plan = tune(FIXTURES / "ffcv_v2_jpg.beton", output, batch_size=4, read_bandwidth=1e8, num_workers=0,
+                   progress=False)
+    with beton.Reader(FIXTURES / "ffcv_v2_jpg.beton") as source, beton.Reader(output) as balanced:
+        assert balanced.format.startswith("beton") and balanced.num_samples == source.num_samples
+        assert set(np.flatnonzero(balanced.data_table["image"]["mode"] == 0)) == set(plan.raw_samples.tolist())
+        for i in range(source.num_samples):
+            for stored, original in zip(balanced[i], source[i]):
+                if isinstance(original, np.ndarray):
+                    np.testing.assert_array_equal(stored, original)
+                else:
+                    assert stored == original
