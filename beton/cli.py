@@ -161,8 +161,7 @@ def _tune(arguments: argparse.Namespace) -> int:
     bandwidth = arguments.read_bandwidth * 1e6 if arguments.read_bandwidth is not None else None
     profile, plan = tune(arguments.source, arguments.output, field=arguments.field, batch_size=arguments.batch_size,
                          cores=arguments.cores, read_bandwidth=bandwidth, output_size=arguments.output_size,
-                         num_workers=arguments.num_workers,
-                         progress=arguments.output is not None)
+                         num_workers=arguments.num_workers, progress=arguments.output is not None)
     source = "given" if bandwidth is not None else "measured"
     print(f"host: {profile.cores} decoding cores; JPEG decode {profile.decode_seconds_per_pixel * 1e9:.2f} ns/pixel "
           f"+ {profile.decode_seconds_per_byte * 1e9:.2f} ns/byte; rest of the pipeline "
@@ -188,7 +187,8 @@ def _existing_path(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beton", description="Inspect, check, convert, tune and benchmark .beton files.")
+    parser = argparse.ArgumentParser(prog="beton",
+                                     description="Inspect, check, convert, tune and benchmark .beton files.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
     info.add_argument("file")

@@ -18,8 +18,8 @@ byte, at full size and on one core), the rest of a crop pipeline's CPU time per 
 up to 512 of the file's JPEGs, minus their modelled decode time), and read bandwidth by reading the file
 after dropping it from the page cache. Pass ``read_bandwidth`` to plan for other storage (a network file
 system, a throttled process cache). Images already stored raw in the source stay raw; progressive JPEGs are
-kept whole (as baseline-mode records); lossless images cannot be tuned. Decoding at a DCT scale (small crops of large JPEGs) costs
-less than the full-size decode measured here, so the plan then errs towards raw.
+kept whole (as baseline-mode records); lossless images cannot be tuned. Decoding at a DCT scale (small crops
+of large JPEGs) costs less than the full-size decode measured here, so the plan then errs towards raw.
 """
 
 from __future__ import annotations
