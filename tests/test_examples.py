@@ -32,3 +32,11 @@ def test_quickstart_saves_a_batch_grid(tmp_path):
     result = run_example("quickstart.py", "--out", str(tmp_path), "--samples", "40")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "photos_batch.png").stat().st_size > 10_000
+
+
+def test_research_features_example_runs_all_three_parts():
+    result = run_example("research_features.py", "--images", "96")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every pixel back: True" in result.stdout
+    mix = re.search(r"under OrderOption.BALANCED: \[([\d, ]+)\]", result.stdout).group(1).split(", ")
+    assert len(set(mix[:-1])) == 1  # every full batch holds the same number of raw images
