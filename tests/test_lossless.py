@@ -52,9 +52,14 @@ def make_image(kind: str, height: int, width: int, channels: int, seed: int) -> 
 
 
 @given(kind=st.sampled_from(KINDS), height=st.integers(1, 140), width=st.integers(1, 140),
-       channels=st.sampled_from((1, 3, 4)), tile_log2=st.integers(2, 7), seed=st.integers(0, 1000))
-def test_round_trip_is_exact(kind, height, width, channels, tile_log2, seed):
+       channels=st.sampled_from((1, 3, 4)), tile_log2=st.integers(2, 7), seed=st.integers(0, 1000),
+       wide=st.booleans())
+def test_round_trip_is_exact(kind, height, width, channels, tile_log2, seed, wide):
     image = make_image(kind, height, width, channels, seed)
+    if wide:  # 16-bit samples: the 8-bit image in the high byte, or full-range noise
+        image = (image.astype(np.uint16) << 8) | np.uint16(seed % 256)
+        if kind == "noise":
+            image = np.random.default_rng(seed).integers(0, 65536, image.shape, dtype=np.uint16)
     payload = as_payload(encode_lossless(image, tile_log2))
     np.testing.assert_array_equal(decode_lossless(payload, height, width, channels), image)
     np.testing.assert_array_equal(decode_lossless(payload, height, width, channels, parallel=True), image)
@@ -150,9 +155,32 @@ def test_grayscale_and_four_channel_fields(tmp_path):
                 np.testing.assert_array_equal(reader[i][0], image)
 
 
-def test_uint16_is_refused_with_a_clear_error():
-    with pytest.raises(FieldError, match="uint8"):
-        RGBImageField(write_mode="lossless", dtype="uint16")
+def test_uint16_images_round_trip_through_the_field_and_the_crop_decoders(tmp_path):
+    rng = np.random.default_rng(3)
+    ramp = np.arange(50 * 70, dtype=np.uint32).reshape(50, 70, 1) * 17
+    images = [(ramp * (i + 1) + rng.integers(0, 64, (50, 70, 1))).astype(np.uint16) for i in range(4)]
+    fields = {mode: {"image": RGBImageField(write_mode=mode, channels=1, dtype="uint16")} for mode in ("lossless", "raw")}
+    paths = {mode: write(tmp_path / f"{mode}16.beton", fields[mode], [(x,) for x in images]) for mode in fields}
+    with beton.Reader(paths["lossless"]) as reader:
+        for i, image in enumerate(images):
+            decoded = reader[i][0]
+            assert decoded.dtype == np.uint16
+            np.testing.assert_array_equal(decoded, image)
+
+    def batches(path):
+        with Loader(path, batch_size=2, seed=1, copy=True, order=OrderOption.RANDOM,
+                    pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()]}) as loader:
+            return [images.numpy() for (images,) in loader]
+
+    for lossless, raw in zip(batches(paths["lossless"]), batches(paths["raw"])):
+        np.testing.assert_array_equal(lossless, raw)
+
+
+def test_bad_dtypes_are_refused_with_a_clear_error():
+    with pytest.raises(FieldError, match="dtype"):
+        RGBImageField(write_mode="lossless", dtype="float32")
+    with pytest.raises(ValueError, match="uint8 or uint16"):
+        encode_lossless(np.zeros((4, 4, 3), np.int32))
 
 
 def test_a_corrupt_tile_names_the_sample_and_field(tmp_path):

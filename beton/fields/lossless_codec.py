@@ -7,20 +7,23 @@ well, tiles decode independently (in parallel, or only those a crop touches), an
 
 Per pixel and channel:
 
-* colour transform (3 and 4 channels): planes G, R-G, B-G (mod 256), then alpha; the differences are small on
-  photos, which is most of the gain over PNG;
+* colour transform (3 and 4 channels): planes G, R-G, B-G (mod 2^bits), then alpha; the differences are small
+  on photos, which is most of the gain over PNG;
 * prediction: LOCO-I's median edge detector from the left, upper and upper-left neighbours inside the tile
   (left only on the tile's first row, upper only on its first column, 0 for its first pixel);
-* residual mod 256 as a signed byte, zig-zag mapped to 0..255;
-* residuals in raster order within the tile, eight to a group; a group stores the bit width w (0..8) of its
-  largest residual and then its eight residuals in exactly w bytes (LSB first).
+* residual mod 2^bits as a signed number, zig-zag mapped to 0..2^bits - 1;
+* residuals in raster order within the tile, eight to a group; a group stores the bit width w (0..bits) of
+  its largest residual and then its eight residuals in exactly w bytes (LSB first).
+
+Samples are 8 bits (uint8 images) or 16 bits (uint16 images: medical and scientific data).
 
 Payload layout (all little-endian)::
 
-    u8  version (1)       u8  log2(tile side)     u16 zero
+    u8  version (1)       u8  log2(tile side)     u8  0: 8-bit samples, 1: 16-bit     u8  zero
     u32 tile_end[n_tiles]      end of each tile's bytes, counted from the start of the tile data
-    tile data, tiles in raster order; per tile and channel plane: the group widths, two 4-bit widths per
-    byte (low nibble first, rounded up to whole bytes), then the packed groups
+    tile data, tiles in raster order; per tile and channel plane: the group widths (8-bit samples: two 4-bit
+    widths per byte, low nibble first, rounded up to whole bytes; 16-bit: one byte per group), then the
+    packed groups
 
 On real photos this is 0.85–1.05x PNG's size (``benchmarks/lossless.py``); noise costs 1/16 more than raw and
 flat areas 1/16 of raw (a zero width per group), where PNG does better.
@@ -55,7 +58,7 @@ def tile_grid(height: int, width: int, tile_log2: int) -> tuple[int, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _forward_planes(image, y0, x0, rows, cols, planes):
+def _forward_planes(image, y0, x0, rows, cols, planes, mask):
     """Colour-transformed planes of one tile: G, R-G, B-G(, A) for 3-4 channels, the grey plane for 1."""
     channels = image.shape[2]
     for y in range(rows):
@@ -65,8 +68,8 @@ def _forward_planes(image, y0, x0, rows, cols, planes):
             else:
                 green = np.int32(image[y0 + y, x0 + x, 1])
                 planes[0, y, x] = green
-                planes[1, y, x] = (np.int32(image[y0 + y, x0 + x, 0]) - green) & 255
-                planes[2, y, x] = (np.int32(image[y0 + y, x0 + x, 2]) - green) & 255
+                planes[1, y, x] = (np.int32(image[y0 + y, x0 + x, 0]) - green) & mask
+                planes[2, y, x] = (np.int32(image[y0 + y, x0 + x, 2]) - green) & mask
                 if channels == 4:
                     planes[3, y, x] = image[y0 + y, x0 + x, 3]
 
@@ -88,17 +91,18 @@ def _predict(plane, y, x):
 
 
 @numba.njit(nogil=True, cache=True)
-def _encode_plane(plane, rows, cols, residuals, out, position):
+def _encode_plane(plane, rows, cols, residuals, out, position, bits):
     count = rows * cols
+    mask, half = (1 << bits) - 1, 1 << (bits - 1)
     for y in range(rows):
         for x in range(cols):
-            residual = (np.int32(plane[y, x]) - _predict(plane, y, x)) & 255
-            residuals[y * cols + x] = residual << 1 if residual < 128 else ((256 - residual) << 1) - 1
+            residual = (np.int32(plane[y, x]) - _predict(plane, y, x)) & mask
+            residuals[y * cols + x] = residual << 1 if residual < half else ((mask + 1 - residual) << 1) - 1
     groups = -(-count // _GROUP)
     for i in range(count, groups * _GROUP):
         residuals[i] = 0
     widths_at = position
-    position += (groups + 1) // 2
+    position += _widths_bytes(groups, bits)
     for g in range(groups):
         largest = 0
         for j in range(_GROUP):
@@ -106,54 +110,70 @@ def _encode_plane(plane, rows, cols, residuals, out, position):
         width = 0
         while largest >> width:
             width += 1
-        if g % 2 == 0:
+        if bits == 16:
+            out[widths_at + g] = width
+        elif g % 2 == 0:
             out[widths_at + g // 2] = width
         else:
             out[widths_at + g // 2] |= width << 4
-        packed = np.uint64(0)
+        low, high = np.uint64(0), np.uint64(0)  # the group's 8 * width bits: up to 128
         for j in range(_GROUP):
-            packed |= np.uint64(residuals[g * _GROUP + j]) << np.uint64(j * width)
+            value, shift = np.uint64(residuals[g * _GROUP + j]), j * width
+            if shift < 64:
+                low |= value << np.uint64(shift)
+                if shift + width > 64:
+                    high |= value >> np.uint64(64 - shift)
+            else:
+                high |= value << np.uint64(shift - 64)
         for b in range(width):
-            out[position + b] = (packed >> np.uint64(8 * b)) & np.uint64(255)
+            word, at = (low, b) if b < 8 else (high, b - 8)
+            out[position + b] = (word >> np.uint64(8 * at)) & np.uint64(255)
         position += width
     return position
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _widths_bytes(groups, bits):
+    return groups if bits == 16 else (groups + 1) // 2
+
+
 @numba.njit(nogil=True, cache=True)
-def _encode_tiles(image, tile_log2, out, tile_ends, data_start):
+def _encode_tiles(image, tile_log2, out, tile_ends, data_start, bits):
     height, width, channels = image.shape
     tile = 1 << tile_log2
     tile_rows, tile_cols = -(-height // tile), -(-width // tile)
-    planes = np.zeros((channels, tile, tile), np.uint8)
+    planes = np.zeros((channels, tile, tile), image.dtype)
     residuals = np.empty(tile * tile, np.int32)
     position = data_start
     for ty in range(tile_rows):
         for tx in range(tile_cols):
             y0, x0 = ty * tile, tx * tile
             rows, cols = min(tile, height - y0), min(tile, width - x0)
-            _forward_planes(image, y0, x0, rows, cols, planes)
+            _forward_planes(image, y0, x0, rows, cols, planes, (1 << bits) - 1)
             for c in range(channels):
-                position = _encode_plane(planes[c], rows, cols, residuals, out, position)
+                position = _encode_plane(planes[c], rows, cols, residuals, out, position, bits)
             tile_ends[ty * tile_cols + tx] = position - data_start
     return position
 
 
 def encode_lossless(image: np.ndarray, tile_log2: int = DEFAULT_TILE_LOG2) -> bytes:
-    """Encode an HxWxC uint8 image (C in 1, 3, 4) losslessly."""
-    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (1, 3, 4):
-        raise ValueError(f"lossless encoding takes HxWx1/3/4 uint8 images, got {image.dtype} {image.shape}")
+    """Encode an HxWxC uint8 or uint16 image (C in 1, 3, 4) losslessly."""
+    if image.dtype.kind != "u" or image.dtype.itemsize > 2 or image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+        raise ValueError(f"lossless encoding takes HxWx1/3/4 uint8 or uint16 images, got {image.dtype} "
+                         f"{image.shape}")
     if not 2 <= tile_log2 <= 12:
         raise ValueError(f"tile_log2 must lie in 2..12, got {tile_log2}")
     height, width, channels = image.shape
     tile = 1 << tile_log2
     n_tiles = math.prod(tile_grid(height, width, tile_log2))
     data_start = _HEADER + 4 * n_tiles
-    pixels_per_tile = tile * tile
-    worst_case = data_start + n_tiles * channels * (pixels_per_tile + pixels_per_tile // 16 + 2)
+    pixels_per_tile, bits = tile * tile, 8 * image.dtype.itemsize
+    worst_case = data_start + n_tiles * channels * (pixels_per_tile * bits // 8 + pixels_per_tile // 8 + 2)
     out = np.zeros(worst_case, np.uint8)
     tile_ends = np.zeros(n_tiles, np.uint32)
-    end = _encode_tiles(np.ascontiguousarray(image), tile_log2, out, tile_ends, data_start)
-    out[0], out[1] = VERSION, tile_log2
+    end = _encode_tiles(np.ascontiguousarray(image, image.dtype.newbyteorder("=")), tile_log2, out, tile_ends,
+                        data_start, bits)
+    out[0], out[1], out[2] = VERSION, tile_log2, bits // 16
     out[_HEADER:data_start] = tile_ends.astype("<u4").view(np.uint8)
     return out[:end].tobytes()
 
@@ -162,27 +182,56 @@ def encode_lossless(image: np.ndarray, tile_log2: int = DEFAULT_TILE_LOG2) -> by
 
 
 @numba.njit(nogil=True, cache=True)
-def _decode_plane(payload, position, end, plane, rows, cols, residuals):
+def _decode_plane(payload, position, end, plane, rows, cols, residuals, bits):
     """Decode one plane starting at ``position``; returns the position after it, or -1 if it overruns ``end``."""
     count = rows * cols
     groups = -(-count // _GROUP)
     widths_at = position
-    position += (groups + 1) // 2
+    position += _widths_bytes(groups, bits)
     if position > end:
         return -1
     for g in range(groups):
-        width = (payload[widths_at + g // 2] >> (4 * (g % 2))) & 15
-        if width > 8 or position + width > end:
+        width = payload[widths_at + g] if bits == 16 else (payload[widths_at + g // 2] >> (4 * (g % 2))) & 15
+        if width > bits or position + width > end:
             return -1
-        packed = np.uint64(0)
-        for b in range(width):
-            packed |= np.uint64(payload[position + b]) << np.uint64(8 * b)
+        if width <= 8:
+            _unpack_narrow(payload, position, width, residuals, g * _GROUP)
+        else:
+            _unpack_wide(payload, position, width, residuals, g * _GROUP)
         position += width
-        mask = np.uint64((1 << width) - 1)
-        for j in range(_GROUP):
-            residuals[g * _GROUP + j] = np.int32((packed >> np.uint64(j * width)) & mask)
-    _unpredict(residuals, plane, rows, cols)
+    _unpredict(residuals, plane, rows, cols, (1 << bits) - 1)
     return position
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _unpack_narrow(payload, position, width, residuals, first):
+    """Eight values of ``width`` <= 8 bits from ``width`` bytes: one 64-bit word."""
+    packed = np.uint64(0)
+    for b in range(width):
+        packed |= np.uint64(payload[position + b]) << np.uint64(8 * b)
+    mask = np.uint64((1 << width) - 1)
+    for j in range(_GROUP):
+        residuals[first + j] = np.int32((packed >> np.uint64(j * width)) & mask)
+
+
+@numba.njit(nogil=True, cache=True)
+def _unpack_wide(payload, position, width, residuals, first):
+    """Eight values of 9..16 bits from ``width`` bytes: two 64-bit words."""
+    low, high = np.uint64(0), np.uint64(0)
+    for b in range(8):
+        low |= np.uint64(payload[position + b]) << np.uint64(8 * b)
+    for b in range(8, width):
+        high |= np.uint64(payload[position + b]) << np.uint64(8 * (b - 8))
+    mask = np.uint64((1 << width) - 1)
+    for j in range(_GROUP):
+        shift = j * width
+        if shift + width <= 64:
+            value = low >> np.uint64(shift)
+        elif shift >= 64:
+            value = high >> np.uint64(shift - 64)
+        else:
+            value = (low >> np.uint64(shift)) | (high << np.uint64(64 - shift))
+        residuals[first + j] = np.int32(value & mask)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -191,20 +240,20 @@ def _unzigzag(value):
 
 
 @numba.njit(nogil=True, cache=True)
-def _unpredict(residuals, plane, rows, cols):
+def _unpredict(residuals, plane, rows, cols, mask):
     """Rebuild a plane from its zig-zag residuals; edge rows and columns apart, so the inner loop has no tests."""
     left = np.int32(0)
     for x in range(cols):
-        left = (left + _unzigzag(residuals[x])) & 255
+        left = (left + _unzigzag(residuals[x])) & mask
         plane[0, x] = left
     for y in range(1, rows):
         row = residuals[y * cols : (y + 1) * cols]
-        left = (np.int32(plane[y - 1, 0]) + _unzigzag(row[0])) & 255
+        left = (np.int32(plane[y - 1, 0]) + _unzigzag(row[0])) & mask
         plane[y, 0] = left
         corner = np.int32(plane[y - 1, 0])
         for x in range(1, cols):
             above = np.int32(plane[y - 1, x])
-            left = (_median_edge(left, above, corner) + _unzigzag(row[x])) & 255
+            left = (_median_edge(left, above, corner) + _unzigzag(row[x])) & mask
             plane[y, x] = left
             corner = above
 
@@ -218,7 +267,7 @@ def _inverse_planes(planes, rows, cols, out, y0, x0):
         target = out[y0 + y]
         for x in range(cols):
             green = planes[0, y, x]
-            target[x0 + x, 0] = planes[1, y, x] + green  # uint8 arithmetic wraps mod 256
+            target[x0 + x, 0] = planes[1, y, x] + green  # stored in the image's dtype: wraps mod 2^bits
             target[x0 + x, 1] = green
             target[x0 + x, 2] = planes[2, y, x] + green
     if out.shape[2] == 4:
@@ -235,7 +284,7 @@ def _tile_end(payload, index):
 
 @numba.njit(nogil=True, cache=True)
 def _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0, ty, tx, planes,
-                 residuals, out):
+                 residuals, out, bits):
     """Decode tile (ty, tx) into ``out``, whose pixel (0, 0) is tile (ty0, tx0)'s. False on corrupt data."""
     tile = 1 << tile_log2
     start = data_start + (_tile_end(payload, index - 1) if index > 0 else 0)
@@ -245,7 +294,7 @@ def _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0,
     rows, cols = min(tile, height - ty * tile), min(tile, width - tx * tile)
     position = start
     for c in range(out.shape[2]):
-        position = _decode_plane(payload, position, end, planes[c], rows, cols, residuals)
+        position = _decode_plane(payload, position, end, planes[c], rows, cols, residuals, bits)
         if position < 0:
             return False
     if position != end:
@@ -255,7 +304,7 @@ def _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0,
 
 
 @numba.njit(nogil=True, cache=True)
-def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out):
+def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits):
     """Decode tile rows ty0..ty1-1 and columns tx0..tx1-1 into ``out``; the first bad tile's index or -1."""
     tile_cols = -(-width // (1 << tile_log2))
     n_tiles = -(-height // (1 << tile_log2)) * tile_cols
@@ -264,13 +313,13 @@ def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes,
         for tx in range(tx0, tx1):
             index = ty * tile_cols + tx
             if not _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0, ty,
-                                tx, planes, residuals, out):
+                                tx, planes, residuals, out, bits):
                 return index
     return -1
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _decode_tiles_parallel(payload, height, width, tile_log2, out):
+def _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
     """Every tile, in parallel (numba threads); the number of bad tiles."""
     tile = 1 << tile_log2
     tile_cols = -(-width // tile)
@@ -278,28 +327,34 @@ def _decode_tiles_parallel(payload, height, width, tile_log2, out):
     data_start = _HEADER + 4 * n_tiles
     bad = 0
     for index in numba.prange(n_tiles):
-        planes = np.empty((out.shape[2], tile, tile), np.uint8)
+        planes = np.empty((out.shape[2], tile, tile), out.dtype)
         residuals = np.empty(tile * tile, np.int32)
         if not _decode_tile(payload, data_start, index, height, width, tile_log2, 0, 0,
-                            index // tile_cols, index % tile_cols, planes, residuals, out):
+                            index // tile_cols, index % tile_cols, planes, residuals, out, bits):
             bad += 1
     return bad
 
 
-def _check_header(payload: np.ndarray, height: int, width: int) -> int:
-    if payload.size < _HEADER or payload[0] != VERSION or not 2 <= payload[1] <= 12:
-        raise DecodeError("lossless image: bad header (version or tile size)")
-    tile_log2 = int(payload[1])
+def _check_header(payload: np.ndarray, height: int, width: int) -> tuple[int, int]:
+    """(log2 of the tile side, bits per sample) after checking the header and that the tile table fits."""
+    if payload.size < _HEADER or payload[0] != VERSION or not 2 <= payload[1] <= 12 or payload[2] > 1:
+        raise DecodeError("lossless image: bad header (version, tile size or sample depth)")
+    tile_log2, bits = int(payload[1]), 16 if payload[2] else 8
     n_tiles = math.prod(tile_grid(height, width, tile_log2))
     if payload.size < _HEADER + 4 * n_tiles:
         raise DecodeError(f"lossless image: {payload.size} bytes cannot hold the table of {n_tiles} tiles")
-    return tile_log2
+    return tile_log2, bits
+
+
+def sample_dtype(payload: np.ndarray) -> np.dtype:
+    """uint8 or uint16: the depth an encoded image's header records (no other checks)."""
+    return np.dtype(np.uint16) if payload.size > 2 and payload[2] == 1 else np.dtype(np.uint8)
 
 
 def lossless_region_bounds(payload: np.ndarray, height: int, width: int, top: int, left: int, rows: int,
                            cols: int) -> tuple[int, int, int, int, int]:
     """(tile_log2, first tile row, end tile row, first tile column, end tile column) covering a region."""
-    tile_log2 = _check_header(payload, height, width)
+    tile_log2, _ = _check_header(payload, height, width)
     tile = 1 << tile_log2
     return tile_log2, top // tile, -(-(top + rows) // tile), left // tile, -(-(left + cols) // tile)
 
@@ -312,13 +367,16 @@ def decode_lossless_region(payload: np.ndarray, height: int, width: int, channel
     loader thread never allocates per image. Returns a view into the tiles' buffer.
     """
     tile_log2, ty0, ty1, tx0, tx1 = lossless_region_bounds(payload, height, width, top, left, rows, cols)
+    dtype = sample_dtype(payload)
+    bits = 8 * dtype.itemsize
     tile = 1 << tile_log2
     span_height = min(height, ty1 * tile) - ty0 * tile
     span_width = min(width, tx1 * tile) - tx0 * tile
-    out = scratch(span_height * span_width * channels, "tiles").reshape(span_height, span_width, channels)
-    planes = scratch(channels * tile * tile, "planes").reshape(channels, tile, tile)
+    out = scratch(span_height * span_width * channels * dtype.itemsize, "tiles").view(dtype)
+    out = out.reshape(span_height, span_width, channels)
+    planes = scratch(channels * tile * tile * dtype.itemsize, "planes").view(dtype).reshape(channels, tile, tile)
     residuals = scratch(4 * tile * tile, "residuals").view(np.int32)
-    bad = _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out)
+    bad = _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits)
     if bad >= 0:
         raise DecodeError(f"lossless image: tile {bad} is corrupt")
     y, x = top - ty0 * tile, left - tx0 * tile
@@ -327,16 +385,17 @@ def decode_lossless_region(payload: np.ndarray, height: int, width: int, channel
 
 def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int, parallel: bool = False
                     ) -> np.ndarray:
-    """The whole image as a new HxWxC uint8 array; ``parallel`` decodes its tiles on numba's threads."""
+    """The whole image as a new HxWxC array (uint8 or uint16, as encoded); ``parallel`` decodes its tiles on
+    numba's threads."""
     payload = np.frombuffer(payload, np.uint8) if not isinstance(payload, np.ndarray) else payload
     if not parallel:
         buffers: dict[str, np.ndarray] = {}
         region = decode_lossless_region(payload, height, width, channels, 0, 0, height, width,
                                         lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)))
         return np.array(region)
-    tile_log2 = _check_header(payload, height, width)
-    out = np.empty((height, width, channels), np.uint8)
+    tile_log2, bits = _check_header(payload, height, width)
+    out = np.empty((height, width, channels), sample_dtype(payload))
     ensure_thread_safe_layer()  # callers may decode from several threads; workqueue would abort
-    if _decode_tiles_parallel(payload, height, width, tile_log2, out):
+    if _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
         raise DecodeError("lossless image: a tile is corrupt")
     return out

@@ -19,7 +19,7 @@ Write modes:
   builds the dataset, normally ``beton tune`` (:mod:`beton.tune`), which picks the images whose raw storage saves
   the most decode time per extra byte; read it with ``OrderOption.BALANCED`` so every batch gets the same mix.
   JPEG bytes that need resizing (``max_resolution``) are stored raw.
-* ``lossless``: exact pixels (uint8; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.fields.lossless_codec`):
+* ``lossless``: exact pixels (uint8 or uint16; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.fields.lossless_codec`):
   about PNG's size on photos, decoded several times faster, and crop decoders decode only the 64x64 tiles
   their crop touches.
 
@@ -72,7 +72,7 @@ class RGBImageField(Field):
         smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
         compress_probability: chance of JPEG per sample for "proportion".
         channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
-        dtype: "uint8", or "uint16" (raw only).
+        dtype: "uint8", or "uint16" (raw and lossless only).
         scan_grouped: "progressive" only: group scans within pages, so fidelity k reads a prefix of each page.
     """
 
@@ -101,8 +101,6 @@ class RGBImageField(Field):
             raise FieldError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
         if self.channels not in (1, 3, 4):
             raise FieldError(f"channels must be 1, 3 or 4, got {self.channels}")
-        if self.write_mode == "lossless" and self.dtype != "uint8":
-            raise FieldError("write_mode='lossless' stores uint8 images: use write_mode='raw' for uint16")
         if self.write_mode not in ("raw", "lossless") and (self.channels == 4 or self.dtype != "uint8"):
             raise FieldError("JPEG stores 1 or 3 channels of uint8: use write_mode='raw' or 'lossless' for "
                              f"{self.channels} channels of {self.dtype}")
