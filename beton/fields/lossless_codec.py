@@ -25,8 +25,9 @@ Payload layout (all little-endian)::
     widths per byte, low nibble first, rounded up to whole bytes; 16-bit: one byte per group), then the
     packed groups
 
-On real photos this is 0.85–1.05x PNG's size (``benchmarks/lossless.py``); noise costs 1/16 more than raw and
-flat areas 1/16 of raw (a zero width per group), where PNG does better.
+On 30 photo crops of 375x500 this is 0.83-1.12x (mean 0.96x) the size of PNG at zlib level 6
+(``benchmarks/lossless.py`` measures 1000); noise costs 1/16 more than raw and flat areas 1/16 of raw (a zero
+width per group), where PNG does better.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ __all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile
            "lossless_region_bounds"]
 
 VERSION = 1
-DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: 1-2 % larger than one tile for the whole image, fine-grained crops
+DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: 0.7 % larger (at most 1.4 %) than one tile per image, on the same photos
 _HEADER = 4
 _GROUP = 8
 
