@@ -14,6 +14,7 @@ benchmarks/results/balanced_mix.json and prints a Markdown table.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -92,6 +93,7 @@ def main() -> None:
             best_single = max(measured["all JPEG"]["images_per_s"], measured["all raw"]["images_per_s"])
             result["rates"]["page cache" if megabytes is None else f"{megabytes:g} MB/s"] = {
                 "planned_raw_fraction": round(plan.raw_fraction, 3),
+                "host_profile": dataclasses.asdict(profile),
                 "predicted_images_per_s": {k: round(v) for k, v in plan.predicted_images_per_s.items()},
                 "measured_read_mb_per_s": round(profile.read_bytes_per_second / 1e6),
                 "contenders": measured,
