@@ -35,7 +35,7 @@ import simplejpeg
 from beton._cores import usable_cores
 from beton.errors import FieldError
 from beton.fields.decoders import RandomResizedCropRGBImageDecoder
-from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image, progressive_prefix
+from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image, whole_jpeg
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
 from beton.reader import Reader
@@ -259,12 +259,8 @@ class _BalancedSource:
             elif index in self.raw or record["mode"] == IMAGE_MODES["raw"]:
                 values.append(decode_stored_image(record, payload, field.numpy_dtype))
             else:  # the whole JPEG (scan-grouped ones gathered), stored as it is
-                values.append(progressive_prefix(payload, record, None, _new_buffer).tobytes())
+                values.append(whole_jpeg(payload, record).tobytes())
         return tuple(values)
-
-
-def _new_buffer(nbytes: int) -> np.ndarray:
-    return np.empty(nbytes, np.uint8)
 
 
 def write_balanced(source: str | os.PathLike[str], output: str | os.PathLike[str], field: str,

@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from beton import format as fmt
-from beton._cores import usable_cores
+from beton._cores import resolve_workers
 from beton._encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_error, encode_chunk
 from beton._file_builder import FileBuilder, field_table_bytes
 from beton.errors import FieldError, WriterError
@@ -77,7 +77,7 @@ class DatasetWriter:
         except (TypeError, ValueError) as error:
             raise FieldError(f"field arguments must be JSON-serialisable: {error}") from None
         self.page_size = page_size
-        self.num_workers = _resolve_num_workers(num_workers)
+        self.num_workers = resolve_workers(num_workers, minimum=0)
         self.progress = progress
         self.start_method = start_method or (
             "fork" if "fork" in multiprocessing.get_all_start_methods() else None
@@ -202,11 +202,3 @@ def _check_fields(fields: Mapping[str, Field]) -> None:
             raise FieldError(f"field name {name!r} is not valid UTF-8") from None
         if not isinstance(field, Field):
             raise FieldError(f"field {name!r} must be a Field instance, got {type(field).__name__}")
-
-
-def _resolve_num_workers(num_workers: int) -> int:
-    if num_workers == -1:
-        return usable_cores()
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be -1 (all cores) or >= 0, got {num_workers}")
-    return num_workers

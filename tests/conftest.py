@@ -70,6 +70,16 @@ def small_image(i: int) -> np.ndarray:
     return ((np.arange(8 * 8 * 3, dtype=np.int64).reshape(8, 8, 3) + i * 7) % 251).astype(np.uint8)
 
 
+def checked_labels(loader) -> list[int]:
+    """One epoch's labels, after checking that every image is ``small_image(label)``."""
+    seen = []
+    for images, labels in loader:
+        for image, label in zip(images.numpy(), labels.tolist()):
+            np.testing.assert_array_equal(image, small_image(label))
+            seen.append(label)
+    return seen
+
+
 IMAGE_FIELDS = {"image": NDArrayField(np.uint8, (8, 8, 3)), "label": IntField()}
 
 

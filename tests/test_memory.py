@@ -8,7 +8,7 @@ import pytest
 from beton import Loader, OrderOption
 from beton.fields import IntField, NDArrayField
 
-from conftest import small_image, write
+from conftest import checked_labels, small_image, write
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +34,7 @@ def test_process_cache_reads_every_needed_page_once_per_epoch_under_quasi_random
 def test_process_cache_budget_is_respected_and_data_is_right(paged_file):
     with Loader(paged_file, batch_size=10, num_workers=2, os_cache=False, order=OrderOption.RANDOM, seed=1,
                 process_cache_pages=5) as loader:
-        seen = []
-        for images, labels in loader:
-            for image, label in zip(images.numpy(), labels.tolist()):
-                np.testing.assert_array_equal(image, small_image(label))
-                seen.append(label)
-        assert sorted(seen) == list(range(600))
+        assert sorted(checked_labels(loader)) == list(range(600))
         # the requested 5 pages are too few for the batches in flight: the minimum that cannot deadlock wins
         assert loader.memory.budget_pages == 10 * (loader.num_slots + 1)
 
@@ -65,9 +60,4 @@ def test_large_payloads_spanning_pages_through_the_process_cache(tmp_path):
 def test_os_cache_without_readahead_reads_the_same_data(paged_file):
     with Loader(paged_file, batch_size=50, num_workers=2, order=OrderOption.RANDOM, seed=3,
                 readahead=False) as loader:
-        seen = []
-        for images, labels in loader:
-            for image, label in zip(images.numpy(), labels.tolist()):
-                np.testing.assert_array_equal(image, small_image(label))
-                seen.append(label)
-        assert sorted(seen) == list(range(600))
+        assert sorted(checked_labels(loader)) == list(range(600))

@@ -230,7 +230,7 @@ def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype)
         if payload.size != expected:
             raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
         return np.array(payload.view(dtype).reshape(height, width, channels))
-    payload = progressive_prefix(payload, metadata, None, lambda nbytes: np.empty(nbytes, np.uint8))
+    payload = whole_jpeg(payload, metadata)
     try:
         image = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels])
     except ValueError as error:
@@ -295,11 +295,25 @@ def jpeg_scan_ends(data: bytes) -> list[int]:
     return ends
 
 
+def scans_read(metadata: np.ndarray, limit: int | None) -> np.ndarray:
+    """How many scans of each progressive JPEG (data-table records) a fidelity of ``limit`` reads (None: all)."""
+    counts = metadata["num_scans"].astype(np.int64)
+    return counts if limit is None else np.minimum(counts, limit)
+
+
 def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
     """Bytes of each progressive JPEG's first ``limit`` scans (None: all of them), from data-table records."""
-    counts = metadata["num_scans"].astype(np.int64)
-    last = (counts if limit is None else np.minimum(counts, limit)) - 1
-    return metadata["scan_ends"][np.arange(len(metadata)), last].astype(np.int64)
+    return metadata["scan_ends"][np.arange(len(metadata)), scans_read(metadata, limit) - 1].astype(np.int64)
+
+
+def whole_jpeg(payload: np.ndarray, metadata: np.void) -> np.ndarray:
+    """A stored JPEG's bytes, contiguous: the payload itself, or a scan-grouped JPEG's scans gathered into a
+    new array with its end marker."""
+    return progressive_prefix(payload, metadata, None, _new_buffer)
+
+
+def _new_buffer(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, np.uint8)
 
 
 def progressive_prefix(payload: np.ndarray, metadata: np.void, fidelity: int | None, buffer: Any,

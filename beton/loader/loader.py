@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from beton._cores import usable_cores
+from beton._cores import resolve_workers
 from beton.errors import PipelineError
 from beton.fields.base import Field
 from beton.fields.rgb_image import RGBImageField
@@ -98,7 +98,7 @@ class Loader:
         ensure_thread_safe_layer()
         self.reader = Reader(path, custom_fields=custom_fields)
         self.batch_size = batch_size
-        self.num_workers = _resolve_workers(num_workers)
+        self.num_workers = resolve_workers(num_workers, minimum=1)
         self.drop_last = drop_last
         self.copy = copy
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
@@ -259,14 +259,6 @@ def _copy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.copy()
     return value
-
-
-def _resolve_workers(num_workers: int) -> int:
-    if num_workers == -1:
-        return usable_cores()
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be -1 (all cores) or at least 1, got {num_workers}")
-    return num_workers
 
 
 def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from beton.errors import CorruptDataError
-from beton.fields.rgb_image import EOI, scan_bytes
+from beton.fields.rgb_image import EOI, scan_bytes, scans_read
 from beton.memory.os_cache import MemoryCounters
 from beton.pipeline.operation import Source
 from beton.reader import Reader
@@ -212,8 +212,7 @@ class ProcessCache:
         """Each image's first scans, copied out of the page prefixes, plus an end marker: a plain JPEG."""
         limit = self._scan_limits[column]
         records = metadata[samples]
-        counts = records["num_scans"].astype(np.int64)
-        counts = counts if limit is None else np.minimum(counts, limit)
+        counts = scans_read(records, limit)
         ends = records["scan_ends"].astype(np.int64)
         sizes = scan_bytes(records, limit) + len(EOI)
         positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
@@ -310,8 +309,7 @@ class _Pace:
 
 def _scan_extents(metadata: np.ndarray, limit: int | None) -> np.ndarray:
     """Bytes from each allocation's offset to the end of its last needed scan (scans are stored in order)."""
-    counts = metadata["num_scans"].astype(np.int64)
-    last = (counts if limit is None else np.minimum(counts, limit)) - 1
+    last = scans_read(metadata, limit) - 1
     rows = np.arange(len(metadata))
     ends = metadata["scan_ends"].astype(np.int64)
     previous = np.where(last > 0, ends[rows, np.maximum(last - 1, 0)], 0)

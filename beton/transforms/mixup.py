@@ -38,20 +38,21 @@ def _mix_images(batch, original, permutation, weights):
             out[k] = min(255, max(0, int(lam * mine[k] + (1.0 - lam) * partner[k] + 0.5)))
 
 
-def _check_alpha(alpha: float) -> None:
-    if alpha <= 0:
-        raise ValueError(f"alpha must be positive, got {alpha}")
-
-
 @dataclasses.dataclass(frozen=True)
-class ImageMixup(BatchOperation):
-    """uint8 HxWxC images: image = lam * image + (1 - lam) * partner, in place."""
+class _Mixup(BatchOperation):
+    """The draw both mixups share: Beta(alpha, alpha) weights, one for the batch if ``same_lambda``."""
 
     alpha: float = 1.0
     same_lambda: bool = True
 
     def __post_init__(self) -> None:
-        _check_alpha(self.alpha)
+        if self.alpha <= 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageMixup(_Mixup):
+    """uint8 HxWxC images: image = lam * image + (1 - lam) * partner, in place."""
 
     def output_state(self, previous: Any) -> State:
         return require_uint8_images(self, previous)
@@ -64,14 +65,8 @@ class ImageMixup(BatchOperation):
 
 
 @dataclasses.dataclass(frozen=True)
-class LabelMixup(BatchOperation):
+class LabelMixup(_Mixup):
     """Integer labels -> float64 rows (label, partner's label, lam), matching ImageMixup's pairs."""
-
-    alpha: float = 1.0
-    same_lambda: bool = True
-
-    def __post_init__(self) -> None:
-        _check_alpha(self.alpha)
 
     def output_state(self, previous: Any) -> State:
         previous.require(isinstance(previous, State) and previous.kind == "numpy" and previous.shape == (),
