@@ -78,6 +78,24 @@ def test_horizontal_and_vertical_flips(tile_file):
           lambda im, s: im[::-1] if uniform(key(1), s, 0) < 0.3 else im)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float32])
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5])
+def test_flips_of_any_channel_count_and_dtype(tmp_path, dtype, channels):
+    # Odd width: the middle column stays; channel counts 1, 3 and other ones take different loops
+    images = [(np.arange(7 * 9 * channels).reshape(7, 9, channels) * (i + 1)).astype(dtype) for i in range(12)]
+    path = write(tmp_path / "any.beton", {"image": NDArrayField(np.dtype(dtype), (7, 9, channels)), "label": IntField()},
+                 [(image, i) for i, image in enumerate(images)])
+    for flip, mirror in ((RandomHorizontalFlip(0.5), lambda im: im[:, ::-1]),
+                         (RandomVerticalFlip(0.5), lambda im: im[::-1])):
+        flipped = 0
+        for batch, labels, _ in run(path, [flip]):
+            for image, label in zip(batch, labels.tolist()):
+                drawn = uniform(key(1), label, 0) < 0.5
+                np.testing.assert_array_equal(image, mirror(images[label]) if drawn else images[label])
+                flipped += drawn
+        assert 0 < flipped < len(images)
+
+
 def test_cutout(tile_file):
     def reference(image, sample, size=5):
         cy, cx = integer(key(1), sample, 0, 0, HEIGHT), integer(key(1), sample, 1, 0, WIDTH)
