@@ -139,3 +139,28 @@ def test_damaged_jpegs_raise_where_the_decoded_rows_reach_the_damage(tmp_path):
     assert read(2, top).shape == (1, 16, 16, 3)
     with pytest.raises(DecodeError, match="sample 2"):
         read(2, RandomResizedCropRGBImageDecoder((16, 16), scale=(0.05, 0.05), ratio=(1, 1), decode_whole=True))
+
+
+@given(height=st.integers(1, 700), width=st.integers(1, 700), factor=st.sampled_from([1, 2, 4, 8]))
+def test_libjpeg_scales_to_the_ceiling_of_size_over_factor(height, width, factor):
+    """The crop decoders size their buffers by this rule instead of parsing each header."""
+    data = simplejpeg.encode_jpeg(np.zeros((height, width, 3), np.uint8), quality=50)
+    scaled = simplejpeg.decode_jpeg_header(data, min_height=-(-height // factor), min_width=-(-width // factor),
+                                           min_factor=factor)[:2]
+    assert scaled == (-(-height // factor), -(-width // factor))
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_frame_that_disagrees_with_the_data_table_raises(tmp_path, whole):
+    data, _ = encoded("420", 120, 90)
+    path = write(tmp_path / "lies.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+                 [(data, 0)])
+    frame = sequential_frame(np.frombuffer(data, np.uint8))[0]
+    content = bytearray(path.read_bytes())
+    at = content.index(data[frame : frame + 10])
+    content[at + 7 : at + 9] = (60).to_bytes(2, "big")  # the stored JPEG now says 60 px wide
+    path.write_bytes(bytes(content))
+    decoder = RandomResizedCropRGBImageDecoder((16, 16), decode_whole=whole)
+    with Loader(path, batch_size=1, pipelines={"image": [decoder, ToTensor()]}) as loader:
+        with pytest.raises(DecodeError, match="sample 0"):
+            next(iter(loader))

@@ -1,6 +1,8 @@
 """The benchmark suite behind ``beton bench`` and ``benchmarks/compare.py``.
 
-Scenarios, each measured side by side in one run (warm-up epoch, then alternating epochs, median):
+Scenarios, each measured side by side in one run: a warm-up epoch each, then rounds of one epoch per contender
+in turn. Rates are medians over the rounds; "beton is x faster" is the median of the ratios taken within each
+round (paired: a shared host's speed drifts between rounds, less within one). results.json keeps every round.
 
 a. RandomResizedCrop-160 + flip on ~256 px photo JPEGs      b. the same on ~500 px photos
 c. CenterCrop-224 (validation) on ~256 px photos             d. raw 3x32x32 uint8 arrays (CIFAR-like), batch 512
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +33,7 @@ from beton import DatasetWriter, OrderOption
 from beton.bench import contenders as c
 from beton.bench.data import JpegDataset, make_jpegs, make_raw_images
 from beton.bench.report import run_header
-from beton.bench.timing import alternating_rates, epoch_rate
+from beton.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
 __all__ = ["run_suite", "measured_epoch"]
@@ -45,10 +48,12 @@ def _measure(builders: dict[str, Callable[[], Iterable | str]], repeats: int) ->
             skipped[name] = built
         else:
             contenders[name] = built
-    rates = alternating_rates(contenders, repeats)
-    result = {"images_per_s": {name: round(rate) for name, rate in rates.items()}, "skipped": skipped}
-    if "beton" in rates:
-        result["beton_over"] = {name: round(rates["beton"] / rate, 2) for name, rate in rates.items() if name != "beton"}
+    runs = alternating_runs(contenders, repeats)
+    result = {"images_per_s": {name: round(statistics.median(rates)) for name, rates in runs.items()},
+              "rounds": {name: [round(rate) for rate in rates] for name, rates in runs.items()}, "skipped": skipped}
+    if "beton" in runs:  # ratios within each round, then their median (see paired_ratio)
+        result["beton_over"] = {name: round(paired_ratio(runs["beton"], rates), 2)
+                                for name, rates in runs.items() if name != "beton"}
     return result
 
 
@@ -161,7 +166,9 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     # Forked DataLoader workers deadlock in OpenCV if its thread pool was started in this process (making the
     # test photos resizes with cv2): one OpenCV thread here keeps every contender's workers safe.
     cv2.setNumThreads(1)
-    count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 3)
+    # Rounds are cheap (an epoch of 2000 images takes 0.3-2 s) next to writing the files: 7 of them give medians
+    # that one slow moment of a shared host does not move.
+    count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 7)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
     result = {**run_header(), "quick": quick, "images": count, "scenarios": {}}

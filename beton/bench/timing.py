@@ -14,12 +14,24 @@ def epoch_rate(iterable: Iterable) -> float:
     return count / (time.perf_counter() - start)
 
 
-def alternating_rates(contenders: Mapping[str, Iterable], repeats: int) -> dict[str, float]:
-    """Median samples/s of each contender over ``repeats`` alternating epochs, after one warm-up epoch each."""
+def alternating_runs(contenders: Mapping[str, Iterable], repeats: int) -> dict[str, list[float]]:
+    """Samples/s of each contender in each of ``repeats`` rounds (one epoch each, contenders in turn), after one
+    warm-up epoch each. Round k of every contender ran within seconds of the others: compare within rounds."""
     for iterable in contenders.values():
         epoch_rate(iterable)  # warm-up: compilation, page cache, worker start
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, iterable in contenders.items():
             rates[name].append(epoch_rate(iterable))
-    return {name: statistics.median(values) for name, values in rates.items()}
+    return rates
+
+
+def alternating_rates(contenders: Mapping[str, Iterable], repeats: int) -> dict[str, float]:
+    """Median samples/s of each contender over ``repeats`` alternating epochs (see :func:`alternating_runs`)."""
+    return {name: statistics.median(values) for name, values in alternating_runs(contenders, repeats).items()}
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over rounds of numerator/denominator: on a machine whose speed drifts (shared hosts), a ratio taken
+    within a round is steadier than the ratio of two medians taken over different moments."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator))

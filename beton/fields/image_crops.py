@@ -2,6 +2,9 @@
 
 Both return (top, left, height, width) in pixels of the stored image. The random one draws from the
 counter-based generator (:mod:`beton.pipeline.random`), so a crop depends only on (key, sample).
+
+They keep the GIL (no ``nogil``): the decoders' worker threads call them from Python for a microsecond, and
+letting go of the GIL for that long only hands it to the other worker, to be waited for on the way back.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ __all__ = ["random_resized_crop", "center_crop"]
 _ATTEMPTS = 10
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(cache=True)
 def random_resized_crop(key, sample, height, width, scale_low, scale_high, log_ratio_low, log_ratio_high):
     """Up to 10 tries at a crop of area fraction in [scale_low, scale_high] and log aspect ratio (w/h) in
     [log_ratio_low, log_ratio_high]; otherwise the largest center crop whose ratio lies in the range."""
@@ -44,7 +47,7 @@ def random_resized_crop(key, sample, height, width, scale_low, scale_high, log_r
     return (height - crop_height) // 2, (width - crop_width) // 2, crop_height, crop_width
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(cache=True)
 def center_crop(height, width, ratio):
     """A centered square of side ``ratio * min(height, width)`` (at least one pixel)."""
     side = max(1, int(ratio * min(height, width)))

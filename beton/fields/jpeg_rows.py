@@ -22,12 +22,12 @@ import numba
 import numpy as np
 import simplejpeg
 
-__all__ = ["sequential_frame", "rows_to_decode", "decode_rows"]
+__all__ = ["sequential_frame", "frame_size", "rows_to_decode", "decode_rows"]
 
 _SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(cache=True)  # keeps the GIL: a microsecond's work, see beton.fields.image_crops
 def _frame_layout(payload: np.ndarray) -> tuple[int, int]:
     """(offset of the SOF marker, MCU height in pixels) of a one-scan sequential JPEG, else (-1, 0).
 
@@ -74,6 +74,12 @@ def sequential_frame(payload: np.ndarray) -> tuple[int, int] | None:
     """(offset of the SOF marker, MCU height) when rows can be cut off the bottom of ``payload``; else None."""
     frame, mcu_height = _frame_layout(payload)
     return None if frame < 0 else (frame, mcu_height)
+
+
+def frame_size(payload: np.ndarray, frame: int) -> tuple[int, int]:
+    """(height, width) written in the frame header at ``frame`` (16-bit big-endian fields)."""
+    return (int(payload[frame + 5]) << 8 | int(payload[frame + 6]),
+            int(payload[frame + 7]) << 8 | int(payload[frame + 8]))
 
 
 def rows_to_decode(bottom: int, height: int, mcu_height: int, exact_upsampling: bool) -> int:

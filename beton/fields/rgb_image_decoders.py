@@ -31,7 +31,7 @@ import simplejpeg
 
 from beton.errors import DecodeError, PipelineError
 from beton.fields.image_crops import center_crop, random_resized_crop
-from beton.fields.jpeg_rows import decode_rows, rows_to_decode, sequential_frame
+from beton.fields.jpeg_rows import decode_rows, frame_size, rows_to_decode, sequential_frame
 from beton.fields.lossless_codec import decode_lossless_region
 from beton.fields.rgb_image import _JPEG_COLORSPACES, IMAGE_MODES, JPEG_MODES, RGBImageField, progressive_prefix
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, SourceState, State
@@ -141,24 +141,27 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
     Returns the decoded rows and the scale from the image to the decode (vertical, horizontal).
     """
     height, width, channels = shape
-    full_height = -(-height // factor)
-    options = {"colorspace": _JPEG_COLORSPACES[channels], "min_width": -(-width // factor), "min_factor": factor,
+    # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
+    scaled_height, scaled_width = -(-height // factor), -(-width // factor)
+    options = {"colorspace": _JPEG_COLORSPACES[channels], "min_width": scaled_width, "min_factor": factor,
                "fastupsample": fast_upsample}
     try:
-        scaled_height, scaled_width, _, _ = simplejpeg.decode_jpeg_header(
-            payload, min_height=full_height, min_width=options["min_width"], min_factor=factor)
-        # Cutting rows needs the decode to be exactly 1/factor of the image (then 8-pixel rows divide evenly)
-        frame = sequential_frame(payload) if bottom is not None and scaled_height == full_height else None
+        frame = sequential_frame(payload) if bottom is not None else None
+        rows = height
         if frame is not None:
-            scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))
+            if frame_size(payload, frame[0]) != (height, width):
+                raise ValueError(f"the JPEG's frame is {frame_size(payload, frame[0])[::-1]} (width, height), the "
+                                 f"data table says {(width, height)}")
+            scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))  # as the caller crops
             rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
-        else:
-            rows = height
-        decoded_height = scaled_height if rows == height else rows // factor
+        decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
         image = context.scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width,
                                                                                   channels)
         if rows == height:
-            simplejpeg.decode_jpeg(payload, buffer=image, min_height=full_height, **options)
+            decoded = simplejpeg.decode_jpeg(payload, buffer=image, min_height=scaled_height, **options)
+            if decoded.shape[:2] != image.shape[:2]:
+                raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]}, expected "
+                                 f"{scaled_width}x{scaled_height} (the data table says {width}x{height})")
         else:
             decode_rows(payload, frame[0], rows, lambda nbytes: context.scratch(nbytes, "rows"), image, **options)
     except ValueError as error:
