@@ -1,4 +1,4 @@
-"""Decoding only the rows above a crop's bottom edge (beton.fields.jpeg_rows): exact, and errors still reach the user."""
+"""Decoding only the rows above a crop's bottom (beton.fields.jpeg_rows): exact, and errors still reach the user."""
 
 from __future__ import annotations
 

@@ -83,8 +83,8 @@ def test_horizontal_and_vertical_flips(tile_file):
 def test_flips_of_any_channel_count_and_dtype(tmp_path, dtype, channels):
     # Odd width: the middle column stays; channel counts 1, 3 and other ones take different loops
     images = [(np.arange(7 * 9 * channels).reshape(7, 9, channels) * (i + 1)).astype(dtype) for i in range(12)]
-    path = write(tmp_path / "any.beton", {"image": NDArrayField(np.dtype(dtype), (7, 9, channels)), "label": IntField()},
-                 [(image, i) for i, image in enumerate(images)])
+    fields = {"image": NDArrayField(np.dtype(dtype), (7, 9, channels)), "label": IntField()}
+    path = write(tmp_path / "any.beton", fields, [(image, i) for i, image in enumerate(images)])
     for flip, mirror in ((RandomHorizontalFlip(0.5), lambda im: im[:, ::-1]),
                          (RandomVerticalFlip(0.5), lambda im: im[::-1])):
         flipped = 0
@@ -124,15 +124,16 @@ def test_random_erasing(tile_file):
     check(tile_file, RandomErasing(p=0.7, scale=(0.1, 0.4), ratio=(0.5, 2.0), fill=3), reference)
 
 
-def test_random_translate(tile_file):
-    def reference(image, sample, padding=3):
+@pytest.mark.parametrize("padding", [3, 15])  # 15: shifts past the whole image
+def test_random_translate(tile_file, padding):
+    def reference(image, sample):
         dy = integer(key(1), sample, 0, -padding, padding + 1)
         dx = integer(key(1), sample, 1, -padding, padding + 1)
         padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)), constant_values=0)
         padded[:padding], padded[-padding:], padded[:, :padding], padded[:, -padding:] = 200, 200, 200, 200
         return padded[padding - dy : padding - dy + HEIGHT, padding - dx : padding - dx + WIDTH]
 
-    check(tile_file, RandomTranslate(3, fill=200), reference)
+    check(tile_file, RandomTranslate(padding, fill=200), reference)
 
 
 def factor(sample, probability, magnitude):
@@ -186,6 +187,17 @@ def test_normalize_compiled_and_as_a_torch_operation(tile_file):
                 expected = (IMAGES[label] - np.array(MEAN)) / np.array(STD)
                 got = image.permute(1, 2, 0).numpy() if channels_first else image.numpy()
                 np.testing.assert_allclose(got.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_normalize_any_channel_count(tmp_path, channels):
+    images = [np.asarray(photo_crop(i, 6, 7)[..., [0, 1, 2, 0][:channels]]) for i in range(10)]
+    path = write(tmp_path / "c.beton", {"image": NDArrayField(np.uint8, (6, 7, channels)), "label": IntField()},
+                 [(np.ascontiguousarray(image), i) for i, image in enumerate(images)])
+    mean, std = [10.0 * (c + 1) for c in range(channels)], [2.0 + c for c in range(channels)]
+    for batch, labels, _ in run(path, [NormalizeImage(mean, std)]):
+        for image, label in zip(batch, labels.tolist()):
+            np.testing.assert_allclose(image, (images[label] - np.array(mean)) / np.array(std), rtol=1e-5, atol=1e-4)
 
 
 def test_mixup_pairs_images_and_labels_with_the_same_weights(tile_file):

