@@ -24,11 +24,17 @@ def _to_uint8(value):
     return min(255, max(0, int(value + 0.5)))
 
 
+# The kernels walk each image as one flat run of values with unsigned indices: numba checks signed indices
+# for wrap-around, which keeps LLVM from vectorising (see beton.transforms.flip).
+_ONE, _TWO = np.uint64(1), np.uint64(2)
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
-def _luma(image, y, x):
-    if image.shape[2] < 3:
-        return float(image[y, x, 0])
-    return 0.299 * image[y, x, 0] + 0.587 * image[y, x, 1] + 0.114 * image[y, x, 2]
+def _luma(values, start, channels):
+    """Grey level of the pixel whose first value is ``values[start]`` (its only value when grey)."""
+    if channels < 3:
+        return float(values[start])
+    return 0.299 * values[start] + 0.587 * values[start + _ONE] + 0.114 * values[start + _TWO]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -41,16 +47,20 @@ def _draw_factor(key, sample, probability, magnitude):
 
 
 @numba.njit(nogil=True, cache=True)
+def _blend(values, factor, grey):
+    """Every value to factor * value + (1 - factor) * grey, rounded half up and clipped."""
+    offset = (1.0 - factor) * grey
+    for k in range(np.uint64(values.size)):
+        values[k] = _to_uint8(factor * values[k] + offset)
+
+
+@numba.njit(nogil=True, cache=True)
 def _brightness_kernel(src, dst, i, sample, key, args):
     probability, magnitude = args
     factor = _draw_factor(key, sample, probability, magnitude)
     if factor < 0:
         return
-    image = dst[i]
-    for y in range(image.shape[0]):
-        for x in range(image.shape[1]):
-            for c in range(image.shape[2]):
-                image[y, x, c] = _to_uint8(image[y, x, c] * factor)
+    _blend(dst[i].reshape(-1), factor, 0.0)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -59,16 +69,12 @@ def _contrast_kernel(src, dst, i, sample, key, args):
     factor = _draw_factor(key, sample, probability, magnitude)
     if factor < 0:
         return
-    image = dst[i]
-    total = 0.0
-    for y in range(image.shape[0]):
-        for x in range(image.shape[1]):
-            total += _luma(image, y, x)
-    mean = total / (image.shape[0] * image.shape[1])
-    for y in range(image.shape[0]):
-        for x in range(image.shape[1]):
-            for c in range(image.shape[2]):
-                image[y, x, c] = _to_uint8(factor * image[y, x, c] + (1.0 - factor) * mean)
+    height, width, channels = dst[i].shape
+    values = dst[i].reshape(-1)
+    step, total = np.uint64(channels), 0.0
+    for pixel in range(np.uint64(height * width)):
+        total += _luma(values, pixel * step, channels)
+    _blend(values, factor, total / (height * width))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -77,12 +83,14 @@ def _saturation_kernel(src, dst, i, sample, key, args):
     factor = _draw_factor(key, sample, probability, magnitude)
     if factor < 0:
         return
-    image = dst[i]
-    for y in range(image.shape[0]):
-        for x in range(image.shape[1]):
-            grey = _luma(image, y, x)
-            for c in range(image.shape[2]):
-                image[y, x, c] = _to_uint8(factor * image[y, x, c] + (1.0 - factor) * grey)
+    height, width, channels = dst[i].shape
+    values = dst[i].reshape(-1)
+    step = np.uint64(channels)
+    for pixel in range(np.uint64(height * width)):
+        start = pixel * step
+        offset = (1.0 - factor) * _luma(values, start, channels)
+        for c in range(step):
+            values[start + c] = _to_uint8(factor * values[start + c] + offset)
 
 
 @numba.njit(nogil=True, cache=True)
