@@ -131,4 +131,8 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     first = scenarios["a. RRC-160, ~256 px JPEGs"]
     assert first["images_per_s"]["beton"] > 0 and first["images_per_s"]["decode limit"] > 0
     assert "DALI (CPU)" in first["skipped"] or "DALI (CPU)" in first["images_per_s"]
+    beton_rounds, limit_rounds = first["rounds"]["beton"], first["rounds"]["decode limit"]
+    assert len(beton_rounds) == len(limit_rounds) == 2  # quick mode: 2 rounds, every one kept
+    ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
+    assert abs(first["beton_over"]["decode limit"] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
     assert (tmp_path / "results.md").read_text().count("| beton |") == 4
