@@ -28,13 +28,21 @@ def mixup_draws(context: BatchContext, count: int, alpha: float, same_lambda: bo
     return permutation, weights
 
 
+# Images as flat rows of the batch, unsigned indices: LLVM vectorises these loops (~30 us per 160x160x3 image
+# instead of 90-100 with ravel() views and signed indices; see beton.transforms.flip).
 @numba.njit(nogil=True, cache=True)
 def _mix_images(batch, original, permutation, weights):
-    original[:] = batch
-    for i in range(batch.shape[0]):
+    count = batch.shape[0]
+    images, originals = batch.reshape(count, -1), original.reshape(count, -1)
+    size = np.uint64(images.shape[1])
+    for i in range(count):
+        image, kept = images[i], originals[i]
+        for k in range(size):
+            kept[k] = image[k]
+    for i in range(count):
         lam = weights[i]
-        mine, partner, out = original[i].ravel(), original[permutation[i]].ravel(), batch[i].ravel()
-        for k in range(out.size):
+        mine, partner, out = originals[i], originals[permutation[i]], images[i]
+        for k in range(size):
             out[k] = min(255, max(0, int(lam * mine[k] + (1.0 - lam) * partner[k] + 0.5)))
 
 
@@ -59,6 +67,7 @@ class ImageMixup(_Mixup):
 
     def apply(self, batch: np.ndarray, context: BatchContext) -> np.ndarray:
         permutation, weights = mixup_draws(context, len(batch), self.alpha, self.same_lambda)
+        batch = np.ascontiguousarray(batch)  # slot buffers already are: the kernel walks flat rows
         original = context.scratch(batch.nbytes).view(batch.dtype).reshape(batch.shape)
         _mix_images(batch, original, permutation, weights)
         return batch
