@@ -149,9 +149,10 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
         frame = sequential_frame(payload) if bottom is not None else None
         rows = height
         if frame is not None:
-            if frame_size(payload, frame[0]) != (height, width):
-                raise ValueError(f"the JPEG's frame is {frame_size(payload, frame[0])[::-1]} (width, height), the "
-                                 f"data table says {(width, height)}")
+            frame_height, frame_width = frame_size(payload, frame[0])
+            if (frame_height, frame_width) != (height, width):
+                raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
+                                 f"{width}x{height}")
             scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))  # as the caller crops
             rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
         decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides

@@ -199,13 +199,10 @@ class ProcessCache:
             pages = dict(self._resident)  # pinned pages cannot be dropped until batch_done
         if column in self._scan_limits:
             return self._gathered_source(pages, metadata, column, samples, offsets - reader.heap_offset, slot)
-        staging = self._staging_buffer(slot, column, int(sizes.sum()))
-        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+        staging, positions = self._stage(slot, column, sizes)
         for offset, size, position in zip(offsets.tolist(), sizes.tolist(), positions.tolist()):
             self._copy_payload(pages, offset - reader.heap_offset, size, staging[position : position + size])
-        view = staging[: int(sizes.sum())]
-        view.flags.writeable = False
-        return Source(metadata, view, positions, sizes)
+        return _read_only_source(metadata, staging, positions, sizes)
 
     def _gathered_source(self, pages: dict[int, np.ndarray], metadata: np.ndarray, column: int, samples: np.ndarray,
                          starts: np.ndarray, slot: int) -> Source:
@@ -215,8 +212,7 @@ class ProcessCache:
         counts = scans_read(records, limit)
         ends = records["scan_ends"].astype(np.int64)
         sizes = scan_bytes(records, limit) + len(EOI)
-        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
-        staging = self._staging_buffer(slot, column, int(sizes.sum()))
+        staging, positions = self._stage(slot, column, sizes)
         eoi = np.frombuffer(EOI, np.uint8)
         for i in range(len(samples)):
             done = 0
@@ -227,9 +223,12 @@ class ProcessCache:
                 self._copy_payload(pages, start, length, out)
                 done += length
             staging[positions[i] + done : positions[i] + done + len(EOI)] = eoi
-        view = staging[: int(sizes.sum())]
-        view.flags.writeable = False
-        return Source(metadata, view, positions, sizes, gathered=True)
+        return _read_only_source(metadata, staging, positions, sizes, gathered=True)
+
+    def _stage(self, slot: int, column: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slot's staging buffer for payloads of ``sizes`` laid end to end, and where each one starts."""
+        positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+        return self._staging_buffer(slot, column, int(sizes.sum())), positions
 
     def _copy_payload(self, pages: dict[int, np.ndarray], start: int, size: int, out: np.ndarray) -> None:
         page_size = self._reader.page_size
@@ -286,6 +285,14 @@ class ProcessCache:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _read_only_source(metadata: np.ndarray, staging: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
+                      gathered: bool = False) -> Source:
+    """A Source over the filled part of a staging buffer, which decoders must not write into."""
+    view = staging[: int(sizes.sum())]
+    view.flags.writeable = False
+    return Source(metadata, view, positions, sizes, gathered=gathered)
 
 
 class _Pace:
