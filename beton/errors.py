@@ -10,7 +10,8 @@
     ├── DecodeError (ValueError)                a stored payload cannot be decoded (e.g. invalid JSON, bad JPEG)
     ├── DatasetError (RuntimeError)             the user's dataset raised while being read by the writer
     ├── WriterError (RuntimeError)              writing failed for another reason (a worker process died)
-    └── PipelineError (TypeError)               a loader pipeline is built wrongly
+    ├── PipelineError (TypeError)               a loader pipeline is built wrongly
+    └── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
 
 Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
 does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
@@ -33,6 +34,7 @@ __all__ = [
     "DatasetError",
     "WriterError",
     "PipelineError",
+    "LoaderError",
 ]
 
 
@@ -92,6 +94,10 @@ class WriterError(BetonError, RuntimeError):
 
 class PipelineError(BetonError, TypeError):
     """A loader pipeline cannot be built: an operation does not accept its input, or a field is unknown."""
+
+
+class LoaderError(BetonError, RuntimeError):
+    """A loader is used in a way it cannot serve, such as an epoch iterator superseded by a newer one."""
 
 
 @contextlib.contextmanager

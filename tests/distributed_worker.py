@@ -1,4 +1,7 @@
-"""One rank of the 2-process torch.distributed test: iterates every order and records the labels it saw."""
+"""One rank of the torch.distributed tests: iterates every order and records the labels it saw.
+
+Arguments: file, rendezvous file, rank, world size, output JSON, seed (an integer, or "none").
+"""
 
 from __future__ import annotations
 
@@ -12,13 +15,13 @@ from beton import Loader
 from conftest import ANY_FILE_ORDERS
 
 
-def main(path: str, rendezvous: str, rank: int, world_size: int, output: str) -> None:
+def main(path: str, rendezvous: str, rank: int, world_size: int, output: str, seed: int | None) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
     seen = {}
     for order in ANY_FILE_ORDERS:
-        with Loader(path, batch_size=16, num_workers=2, order=order, seed=9, distributed=True,
+        with Loader(path, batch_size=16, num_workers=2, order=order, seed=seed, distributed=True,
                     indices=range(202), quasi_random_window=2) as loader:
-            seen[order.name] = {"len": len(loader),
+            seen[order.name] = {"len": len(loader), "seed": loader.seed,
                                 "epochs": [[labels.tolist() for _, labels in loader] for _ in range(2)]}
     dist.barrier()
     dist.destroy_process_group()
@@ -27,4 +30,5 @@ def main(path: str, rendezvous: str, rank: int, world_size: int, output: str) ->
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+         None if sys.argv[6] == "none" else int(sys.argv[6]))

@@ -1,7 +1,9 @@
-"""Two real processes under torch.distributed (gloo, CPU): shards partition the data for every order."""
+"""Real processes under torch.distributed (gloo, CPU): the ranks' shares partition every epoch for every order,
+with a seed and without one."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -13,33 +15,50 @@ from beton import Loader
 
 from conftest import ANY_FILE_ORDERS
 
+SAMPLES = 202
+BATCH_SIZE = 16
 
-def test_two_process_gloo_run_partitions_every_order(image_file, tmp_path):
+
+def run_ranks(image_file, tmp_path, world_size: int, seed: int | None) -> list[dict]:
     worker = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
-    outputs = [tmp_path / f"rank{rank}.json" for rank in range(2)]
+    outputs = [tmp_path / f"rank{rank}.json" for rank in range(world_size)]
     processes = [
-        subprocess.Popen([sys.executable, worker, str(image_file), str(tmp_path / "rendezvous"), str(rank), "2",
-                          str(outputs[rank])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in range(2)
+        subprocess.Popen([sys.executable, worker, str(image_file), str(tmp_path / "rendezvous"), str(rank),
+                          str(world_size), str(outputs[rank]), "none" if seed is None else str(seed)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in range(world_size)
     ]
     for process in processes:
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, output
-    results = [json.loads(path.read_text()) for path in outputs]
+    return [json.loads(path.read_text()) for path in outputs]
+
+
+@pytest.mark.parametrize(("world_size", "seed"), [(2, 9), (2, None), (3, None)])
+def test_ranks_partition_every_epoch_of_every_order(image_file, tmp_path, world_size, seed):
+    results = run_ranks(image_file, tmp_path, world_size, seed)
+    per_rank = -(-SAMPLES // world_size)  # shards are padded to equal length (as DistributedSampler's)
     for order in ANY_FILE_ORDERS:
         ranks = [result[order.name] for result in results]
-        assert ranks[0]["len"] == ranks[1]["len"] == 7  # 101 samples per rank -> 7 batches each
+        agreed = {rank["seed"] for rank in ranks}
+        assert len(agreed) == 1, f"{order.name}: the ranks used different seeds {agreed}"
+        (used,) = agreed
+        assert used == seed if seed is not None else isinstance(used, int)
+        for rank in ranks:
+            assert rank["len"] == -(-per_rank // BATCH_SIZE)
         for epoch in range(2):
-            batches = [rank["epochs"][epoch] for rank in ranks]
-            assert len(batches[0]) == len(batches[1]) == 7
-            labels = [sum(rank_batches, []) for rank_batches in batches]
-            assert not set(labels[0]) & set(labels[1])
-            assert sorted(labels[0] + labels[1]) == list(range(202))
+            labels = [sum(rank["epochs"][epoch], []) for rank in ranks]
+            assert all(len(mine) == per_rank for mine in labels)
+            counts = collections.Counter(label for mine in labels for label in mine)
+            assert set(counts) == set(range(SAMPLES)), f"{order.name} epoch {epoch} misses samples"
+            padding = per_rank * world_size - SAMPLES  # only these are seen twice
+            assert sorted(counts.values()) == [1] * (SAMPLES - padding) + [2] * padding
             # what each rank saw is what the same loader computes for that rank without torch.distributed
-            for rank in range(2):
-                with Loader(image_file, batch_size=16, num_workers=1, order=order, seed=9, rank=rank,
-                            world_size=2, indices=range(202), quasi_random_window=2) as loader:
-                    assert [b.tolist() for b in loader.epoch_batches(epoch)] == batches[rank]
+            for rank in range(world_size):
+                with Loader(image_file, batch_size=BATCH_SIZE, num_workers=1, order=order, seed=used,
+                            rank=rank, world_size=world_size, indices=range(SAMPLES),
+                            quasi_random_window=2) as loader:
+                    assert [b.tolist() for b in loader.epoch_batches(epoch)] == ranks[rank]["epochs"][epoch]
 
 
 def test_distributed_without_a_process_group_is_a_clear_error(image_file):
@@ -47,3 +66,17 @@ def test_distributed_without_a_process_group_is_a_clear_error(image_file):
 
     with pytest.raises(PipelineError, match="torch.distributed"):
         Loader(image_file, batch_size=4, distributed=True)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_given_by_hand_agree_on_a_seed_without_one(image_file, world_size):
+    """No process group to broadcast through: every rank falls back to the same fixed seed."""
+    from beton import OrderOption
+
+    seen = []
+    for rank in range(world_size):
+        with Loader(image_file, batch_size=8, num_workers=1, order=OrderOption.RANDOM, rank=rank,
+                    world_size=world_size) as loader:
+            seen.append([int(i) for batch in loader.epoch_batches(0) for i in batch])
+    assert set().union(*seen) == set(range(203))
+    assert all(len(mine) == -(-203 // world_size) for mine in seen)

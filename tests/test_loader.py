@@ -94,9 +94,19 @@ def test_same_seed_same_batches_and_epochs_differ(image_file):
     assert first == again and first[0] != first[1] and run(6) != first
 
 
-def test_seed_none_is_drawn_and_recorded(image_file):
-    with Loader(image_file, batch_size=32, order=OrderOption.RANDOM) as loader:
-        assert isinstance(loader.state_dict()["seed"], int)
+def test_seed_none_is_drawn_recorded_and_resumable(image_file):
+    def epoch_orders(loader):
+        return [labels_of(loader) for _ in range(2)]
+
+    with Loader(image_file, batch_size=32, order=OrderOption.RANDOM) as first, \
+            Loader(image_file, batch_size=32, order=OrderOption.RANDOM) as second:
+        state = first.state_dict()
+        assert state["seed"] != second.state_dict()["seed"]  # two 63-bit draws
+        orders = epoch_orders(first)
+        assert orders != epoch_orders(second)
+    with Loader(image_file, batch_size=32, order=OrderOption.RANDOM) as resumed:
+        resumed.load_state_dict(state)
+        assert epoch_orders(resumed) == orders
 
 
 @pytest.mark.parametrize("order", ANY_FILE_ORDERS)
@@ -122,14 +132,81 @@ def test_resume_yields_exactly_the_remaining_batches(image_file, order, midpoint
         assert labels_of(resumed) == expected_next_epoch
 
 
-def test_batches_share_slot_memory_unless_copy(image_file):
-    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1) as loader:
-        batches = [labels for _, labels in loader]
-        assert any(batch.tolist() != list(range(16 * k, 16 * k + len(batch))) for k, batch in enumerate(batches))
-    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1, copy=True) as loader:
-        batches = [labels.tolist() for _, labels in loader]
+EXPECTED_BATCHES = [list(range(16 * k, min(203, 16 * k + 16))) for k in range(13)]
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_batches_the_loop_keeps_stay_valid(image_file, os_cache, num_workers):
+    with Loader(image_file, batch_size=16, num_workers=num_workers, batches_ahead=1, os_cache=os_cache) as loader:
+        labels = []
+        for images, batch_labels in loader:  # the common validation pattern: keep, then concatenate
+            labels.append(batch_labels)
+        assert torch.cat(labels).tolist() == list(range(203))
+        kept = list(loader)
+        assert [batch[1].tolist() for batch in kept] == EXPECTED_BATCHES
+        for images, batch_labels in kept:
+            for image, label in zip(images.numpy(), batch_labels.tolist()):
+                np.testing.assert_array_equal(image, small_image(label))
+        views = [batch_labels[:2] for _, batch_labels in loader]  # a view keeps its batch's memory too
+        assert [view.tolist() for view in views] == [batch[:2] for batch in EXPECTED_BATCHES]
+
+
+def test_batches_nobody_keeps_reuse_the_ring(image_file):
+    with Loader(image_file, batch_size=16, num_workers=2) as loader:
+        addresses = {images.data_ptr() for images, _ in loader}
+        assert len(addresses) <= loader.num_slots  # no fresh memory unless a batch is kept
+
+
+def test_overwrite_kept_is_the_zero_copy_ring_and_copy_returns_copies(image_file):
+    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1, overwrite_kept=True) as loader:
         kept = [labels for _, labels in loader]
-        assert [b.tolist() for b in kept] == batches == [list(range(16 * k, min(203, 16 * k + 16))) for k in range(13)]
+        assert [batch.tolist() for batch in kept] != EXPECTED_BATCHES  # slots were overwritten under the list
+    with Loader(image_file, batch_size=16, num_workers=1, batches_ahead=1, copy=True) as loader:
+        kept = [labels for _, labels in loader]
+        assert [batch.tolist() for batch in kept] == EXPECTED_BATCHES
+        assert len({labels.data_ptr() for labels in kept}) == len(kept)
+
+
+def test_an_iterator_superseded_by_a_new_epoch_raises_instead_of_ending(image_file):
+    with Loader(image_file, batch_size=16, num_workers=2) as loader:
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        with pytest.raises(beton.errors.LoaderError, match="started another epoch"):
+            next(first)
+        assert len(list(second)) == 13
+        finished = iter(loader)
+        assert len(list(finished)) == 13
+        iter(loader)
+        with pytest.raises(StopIteration):  # an epoch that was over ends as usual
+            next(finished)
+
+
+@pytest.mark.parametrize("interruption", ["break", "exception", "keyboard_interrupt"])
+def test_state_after_an_interrupted_loop_resumes_the_interrupted_epoch(image_file, interruption):
+    def make_loader():
+        return Loader(image_file, batch_size=16, num_workers=2, order=OrderOption.RANDOM, seed=5)
+
+    with make_loader() as reference:
+        expected = labels_of(reference)
+    with make_loader() as interrupted:
+        received = []
+        try:
+            for _, labels in interrupted:
+                received.append(labels.tolist())
+                if len(received) == 4:
+                    if interruption == "break":
+                        break
+                    raise KeyboardInterrupt if interruption == "keyboard_interrupt" else RuntimeError("user code")
+        except (KeyboardInterrupt, RuntimeError):
+            pass
+        state = interrupted.state_dict()
+    assert state == {"seed": 5, "epoch": 0, "position": 4}
+    assert received == expected[:4]
+    with make_loader() as resumed:
+        resumed.load_state_dict(state)
+        assert labels_of(resumed) == expected[4:]
 
 
 def test_pipeline_errors_are_clear(image_file):

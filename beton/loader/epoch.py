@@ -7,15 +7,18 @@ Concurrency model
 * **Who owns a slot when.** A worker thread takes the next batch number under the lock, waits until that
   batch's slot is free, fills it without holding the lock, then publishes the batch's result (outputs, or the
   exception it raised) under the lock. The consumer owns a slot from the moment ``next()`` returns its batch
-  until the following ``next()`` call: so **a batch stays valid until you ask for the next one** (pass
-  ``copy=True`` to the Loader to get batches you may keep). Formally: batch ``x`` may be computed once the
-  consumer has asked for batch ``x - num_slots + 1``.
+  until the following ``next()`` call, and a slot is taken for a new batch only once the consumer has asked
+  for the batch after the next one, so the loop's variables (which still hold the previous batch while
+  ``next()`` runs) never point into a slot being refilled. Formally: batch ``x`` may be computed once the
+  consumer has asked for batch ``x - num_slots + 2``. Batches the loop *keeps* (``outputs.append(y)``) are
+  protected by the Loader, which gives a slot fresh memory when something still references the old one.
 * **Errors.** An exception in any stage is stored as that batch's result, stops further batches from being
   started, and is raised by ``next()`` in the consumer as the original exception, with a note naming the
   pipeline, operation and sample. Batches before it are still delivered first, in order.
 * **Teardown.** ``close()`` - called on exhaustion, on an error, by ``break`` (the iterator is dropped), by the
   Loader starting another epoch, by ``Loader.close()`` and by garbage collection - sets the stop flag, wakes
-  every thread and joins them. Worker threads reference only the shared ``_EpochState``, never the iterator,
+  every thread and joins them. An iterator closed because the Loader started another epoch raises
+  :class:`~beton.errors.LoaderError` when asked for more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``, never the iterator,
   so dropping the iterator is enough to collect it.
 """
 
@@ -27,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from beton.errors import LoaderError
 from beton.pipeline.executor import BatchJob
 
 __all__ = ["EpochIterator"]
@@ -45,6 +49,7 @@ class _EpochState:
         self.requested = 0  # the consumer has asked for every batch below this number (and holds requested-1)
         self.results: dict[int, tuple[bool, Any]] = {}  # batch -> (ok, outputs or exception)
         self.stop = False
+        self.superseded = False  # closed because the Loader started another epoch
 
     def take_batch(self) -> int | None:
         """Next batch number for a worker, after waiting for its slot; None when there is nothing left."""
@@ -53,8 +58,9 @@ class _EpochState:
                 return None
             batch = self.next_batch
             self.next_batch += 1
-            # The slot of `batch` is free once the consumer has asked for batch - num_slots + 1.
-            while not self.stop and batch >= self.requested + self.num_slots - 1:
+            # The slot of `batch` is free once the consumer has asked for batch - num_slots + 2: its loop then
+            # holds batch - num_slots + 1 at most, no longer the slot's previous batch.
+            while not self.stop and batch >= self.requested + self.num_slots - 2:
                 self.condition.wait()
             return None if self.stop else batch
 
@@ -88,10 +94,12 @@ class EpochIterator:
         make_job: Callable[[int, np.ndarray, int], BatchJob],
         run_job: Callable[[BatchJob, int], tuple],
         finish: Callable[[tuple], tuple],
+        delivered: Callable[[int], None],
     ) -> None:
         self.epoch = epoch
         self.first_batch = first_batch
         self.consumed = 0  # batches returned by this iterator
+        self._delivered = delivered  # told the epoch's position after each batch handed to the loop
         self._batches = batches
         self._finish = finish
         self._state = _EpochState(len(batches), num_slots)
@@ -121,6 +129,9 @@ class EpochIterator:
     def __next__(self) -> tuple:
         state = self._state
         batch = self.consumed
+        if state.superseded:
+            raise LoaderError(f"this iterator of epoch {self.epoch} was ended at batch {self.position} because "
+                              "iter(loader) started another epoch; a Loader runs one epoch at a time")
         if batch >= state.num_batches or state.stop:
             self.close()
             raise StopIteration
@@ -135,7 +146,14 @@ class EpochIterator:
             self.close()
             raise value
         self.consumed += 1
+        self._delivered(self.position)
         return self._finish(value)
+
+    def supersede(self) -> None:
+        """Close because the Loader starts another epoch; a later ``next()`` raises instead of ending quietly."""
+        if self.consumed < len(self._batches) and not self._state.stop:
+            self._state.superseded = True
+        self.close()
 
     def close(self) -> None:
         state = self._state

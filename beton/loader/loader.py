@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,14 +43,21 @@ class Loader:
         order: an :class:`OrderOption` or an :class:`~beton.order.Order` instance.
         distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
         seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
+            Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
+            None, rank 0 draws one and broadcasts it when a process group exists; with ``rank=``/``world_size=``
+            and no process group, the seed is 0 (as FFCV's).
         indices: the subset of samples to load (in this order for SEQUENTIAL).
         pipelines: field name -> list of operations; a missing field gets its default decoder and
             ToTensor; ``None`` drops the field.
         custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`).
         drop_last: drop the last partial batch (default False: partial batches are delivered).
         batches_ahead: batches prepared ahead of the training loop.
-        copy: return batches the caller may keep (copies); by default a batch shares memory with a slot of
-            the ring buffer and stays valid only until the next batch is requested.
+        copy: return copies of every batch (costs a copy per batch; rarely needed, see ``overwrite_kept``).
+        overwrite_kept: False (default): a batch the loop keeps (``outputs.append(y)``) stays valid, like a
+            torch DataLoader's: before refilling a slot, the Loader checks whether anything still references
+            its memory and, if so, gives the slot fresh memory. True: FFCV's zero-copy ring, in which a batch
+            is overwritten a few batches later whether or not it was kept (valid only until the next batch
+            is requested; for loops that never keep a batch, saving the check's rare allocations).
         quasi_random_window: pages per QUASI_RANDOM (and BALANCED) window (default: see
             :mod:`beton.order.quasi_random`).
         process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
@@ -80,6 +88,7 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         copy: bool = False,
+        overwrite_kept: bool = False,
         quasi_random_window: int | None = None,
         process_cache_pages: int | None = None,
         read_bandwidth: float | None = None,
@@ -101,12 +110,15 @@ class Loader:
         self.num_workers = resolve_workers(num_workers, minimum=1)
         self.drop_last = drop_last
         self.copy = copy
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self.overwrite_kept = overwrite_kept
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
+        self.seed = _agree_seed(seed, self.world_size)
         self.order = _resolve_order(order, quasi_random_window)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
-        self.num_slots = max(batches_ahead + 1, self.num_workers) + 1
+        # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
+        # while asking for the next (see beton.loader.epoch).
+        self.num_slots = max(batches_ahead + 1, self.num_workers) + 2
         outputs = resolve_pipelines(self.reader.fields, pipelines)
         columns = {field_name: metadata_column(self.reader, field_name) for _, field_name, _, _ in outputs}
         self.plan: Plan = build_plan(outputs, kernel_cache_dir or default_cache_dir(), fuse_stages, columns)
@@ -116,10 +128,8 @@ class Loader:
             (step.output, step.position): step.operation.kernel_arguments(step.input_state)
             for stage in self.plan.stages if stage.kind == "jit" for step in stage.steps
         }
-        self._slots = [
-            [np.empty((batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
-            for _ in range(self.num_slots)
-        ]
+        self._slots = [self._new_buffers() for _ in range(self.num_slots)]
+        self._unreferenced = max(_reference_counts(self._new_buffers()), default=0)
         self._scratch = [Scratch() for _ in range(self.num_slots)]
         self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
             self.reader, self.num_slots, process_cache_pages, read_bandwidth)
@@ -128,6 +138,7 @@ class Loader:
         self._next_epoch = 0
         self._next_position = 0
         self._active: weakref.ref[EpochIterator] | None = None
+        self._progress: _Progress | None = None  # the latest epoch's position, kept after its iterator is gone
         self.fidelity: int | None = None
 
     # ---- epochs -------------------------------------------------------------------------------------------
@@ -144,10 +155,11 @@ class Loader:
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
     def __iter__(self) -> EpochIterator:
-        self._close_active()
+        self._close_active(supersede=True)
         epoch, first = self._next_epoch, self._next_position
         self._next_epoch, self._next_position = epoch + 1, 0
         batches = self.epoch_batches(epoch)[first:]
+        progress = self._progress = _Progress(epoch, first, first + len(batches))
         keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
                 for stage in self.plan.stages for s in stage.steps}
         self.memory.start_epoch(batches, self._columns, self._scan_limits())
@@ -155,7 +167,7 @@ class Loader:
             batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
             num_slots=self.num_slots,
             make_job=lambda index, samples, slot: self._make_job(index - first, index, samples, epoch, keys, slot),
-            run_job=self._run_job, finish=self._finish,
+            run_job=self._run_job, finish=self._finish, delivered=progress.advance,
         )
         self._active = weakref.ref(iterator)
         return iterator
@@ -195,9 +207,23 @@ class Loader:
 
     def _run_job(self, job: BatchJob, slot: int) -> tuple:
         try:
+            if not self.overwrite_kept:
+                self._release_kept(slot)
             return run_batch(self.plan, self._kernel_arguments, self._slots[slot], job)
         finally:
             self.memory.batch_done(job.position)
+
+    def _new_buffers(self) -> list[np.ndarray]:
+        return [np.empty((self.batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
+
+    def _release_kept(self, slot: int) -> None:
+        # Views handed out for the slot's previous batch (numpy views, tensors from torch.from_numpy) each
+        # hold a reference to the slot's buffer. The consumer no longer holds that batch unless it kept it
+        # (see beton.loader.epoch), so a count above the baseline means a kept batch: leave it its memory.
+        buffers = self._slots[slot]
+        for index, count in enumerate(_reference_counts(buffers)):
+            if count > self._unreferenced:
+                buffers[index] = np.empty_like(buffers[index])
 
     def _finish(self, outputs: tuple) -> tuple:
         if not self.copy:
@@ -207,17 +233,23 @@ class Loader:
     # ---- resume -------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
-        """(seed, epoch, position): enough to resume exactly where the training loop is."""
-        active = self._active() if self._active else None
-        if active is not None and active.position < active.first_batch + len(active._batches):
-            return {"seed": self.seed, "epoch": active.epoch, "position": active.position}
+        """(seed, epoch, position): enough to resume exactly where the training loop is.
+
+        While an epoch is unfinished - running, or left by ``break``, an exception or Ctrl-C - the position is
+        the one after the last batch the loop received, so a checkpoint saved on interrupt resumes the
+        interrupted epoch. Otherwise it is the start of the next epoch.
+        """
+        progress = self._progress
+        if progress is not None and progress.position < progress.end:
+            return {"seed": self.seed, "epoch": progress.epoch, "position": progress.position}
         return {"seed": self.seed, "epoch": self._next_epoch, "position": self._next_position}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """The next iteration yields exactly the batches an uninterrupted run would have yielded next."""
-        self._close_active()
+        self._close_active(supersede=True)
         self.seed = int(state["seed"])
         self._next_epoch, self._next_position = int(state["epoch"]), int(state["position"])
+        self._progress = None
 
     # ---- inspection and teardown ---------------------------------------------------------------------------
 
@@ -230,10 +262,10 @@ class Loader:
         """Pages and bytes read in the current (or last) epoch."""
         return self.memory.counters.snapshot()
 
-    def _close_active(self) -> None:
+    def _close_active(self, supersede: bool = False) -> None:
         active = self._active() if self._active else None
         if active is not None:
-            active.close()
+            active.supersede() if supersede else active.close()
         self._active = None
 
     def close(self) -> None:
@@ -251,6 +283,34 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+class _Progress:
+    """Where the latest epoch stands: updated by its iterator, read by ``state_dict``."""
+
+    def __init__(self, epoch: int, first: int, end: int) -> None:
+        self.epoch, self.position, self.end = epoch, first, end
+
+    def advance(self, position: int) -> None:
+        self.position = position
+
+
+def _reference_counts(buffers: list[np.ndarray]) -> list[int]:
+    """Reference counts of the buffers, as seen from here (compared with those of fresh buffers)."""
+    return [sys.getrefcount(buffer) for buffer in buffers]
+
+
+def _agree_seed(seed: int | None, world_size: int) -> int:
+    """The seed every rank uses: the given one; else one drawn (one rank) or agreed on by all ranks."""
+    if seed is not None:
+        return int(seed)
+    if world_size == 1:
+        return secrets.randbits(63)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        drawn = [secrets.randbits(63) if torch.distributed.get_rank() == 0 else None]
+        torch.distributed.broadcast_object_list(drawn, src=0)
+        return int(drawn[0])
+    return 0
 
 
 def _copy(value: Any) -> Any:
