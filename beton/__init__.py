@@ -8,6 +8,7 @@ from beton.errors import (
     EncodeError,
     FieldError,
     FormatError,
+    LoaderError,
     PipelineError,
     WriterError,
 )
@@ -35,4 +36,5 @@ __all__ = [
     "DatasetError",
     "WriterError",
     "PipelineError",
+    "LoaderError",
 ]

@@ -22,6 +22,7 @@ Context is attached where it is known with :func:`error_context`, which sets att
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 
 __all__ = [
@@ -52,6 +53,8 @@ class BetonError(Exception):
 
     def __str__(self) -> str:
         message = super().__str__()
+        if sys.version_info < (3, 11) and getattr(self, "__notes__", None):  # 3.10 prints no notes itself
+            message = "\n".join([message, *self.__notes__])
         where = []
         if self.path is not None:
             where.append(f"file {self.path!r}")
@@ -98,6 +101,19 @@ class PipelineError(BetonError, TypeError):
 
 class LoaderError(BetonError, RuntimeError):
     """A loader is used in a way it cannot serve, such as an epoch iterator superseded by a newer one."""
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, also on Python 3.10 (which has no add_note: the note goes to ``__notes__``,
+    and a BetonError shows it in its message)."""
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+    else:
+        notes = getattr(error, "__notes__", None)
+        if not isinstance(notes, list):
+            notes = []
+            error.__notes__ = notes
+        notes.append(note)
 
 
 @contextlib.contextmanager

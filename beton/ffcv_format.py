@@ -1,6 +1,6 @@
 """Reading files written by FFCV 1.0.x (its format version 2), read-only, into beton's Reader.
 
-FFCV's layout, as documented by the files it writes (see ``../shared/fixtures/ffcv``): a 24-byte header
+FFCV's layout, as documented by the files it writes (see ``tests/data/ffcv``): a 24-byte header
 (version u2, field count u2, page size u4, sample count u8, allocation table offset u8; C-aligned), then one
 1041-byte descriptor per field (type id u1, name as 16 NUL-padded bytes, 1024 bytes of arguments), then the
 metadata table (one C-aligned record per sample, a member per field), heap pages, and at the end an allocation

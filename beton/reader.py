@@ -21,7 +21,8 @@ from beton import ffcv_format
 from beton import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context
 from beton.fields import BUILTIN_FIELDS
-from beton.fields.base import Field, UnknownField, resolve_field_class
+from beton.fields.base import Field, UnknownField
+from beton.fields.registry import resolve_field_class, unregistered_reason
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
 
@@ -312,9 +313,8 @@ def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, 
     with error_context(field=descriptor.name):
         cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields)
         if cls is None:
-            reason = "it cannot be imported; pass the class as custom_fields={field_name: Class}"
             return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
-                                descriptor.has_payload, reason)
+                                descriptor.has_payload, unregistered_reason(descriptor.type_name, descriptor.name))
         try:
             field = cls.from_arguments(descriptor.arguments)
         except (TypeError, ValueError) as error:

@@ -9,6 +9,7 @@ def test_top_level_exports():
     assert sorted(beton.__all__) == sorted([
         "DatasetWriter", "Loader", "OrderOption", "Reader", "verify", "VerifyReport", "BetonError", "FormatError", "CorruptDataError",
         "FieldError", "EncodeError", "DecodeError", "DatasetError", "WriterError", "PipelineError",
+        "LoaderError",
     ])
     assert all(hasattr(beton, name) for name in beton.__all__)
 
@@ -17,6 +18,7 @@ def test_field_exports():
     assert sorted(beton.fields.__all__) == sorted([
         "Field", "Encoded", "EncodeContext", "UnknownField", "IntField", "FloatField", "NDArrayField",
         "TorchTensorField", "BytesField", "JSONField", "RGBImageField", "BUILTIN_FIELDS",
+        "register", "unregister", "registered_fields",
     ])
 
 

@@ -1,7 +1,8 @@
-"""Files written by FFCV 1.0.2 itself (../shared/fixtures/ffcv) read through Reader and Loader."""
+"""Files written by FFCV 1.0.2 itself (tests/data/ffcv) read through Reader and Loader."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 
@@ -23,9 +24,20 @@ from beton.fields.decoders import (
 )
 from beton.transforms import ToTensor
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ffcv"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "data" / "ffcv"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 ARRAYS = np.load(FIXTURES / "expected_arrays.npz")
+
+
+@pytest.fixture(scope="module")
+def ffcv_files(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """The FFCV files, unpacked from their gzip copies: mode -> path."""
+    folder = tmp_path_factory.mktemp("ffcv")
+    files = {}
+    for mode in ("raw", "jpg"):
+        files[mode] = folder / f"ffcv_v2_{mode}.beton"
+        files[mode].write_bytes(gzip.decompress((FIXTURES / f"ffcv_v2_{mode}.beton.gz").read_bytes()))
+    return files
 
 
 def psnr(a, b):
@@ -33,8 +45,8 @@ def psnr(a, b):
 
 
 @pytest.mark.parametrize("mode", ["raw", "jpg"])
-def test_reader_gives_back_what_ffcv_wrote(mode):
-    with beton.Reader(FIXTURES / f"ffcv_v2_{mode}.beton") as reader:
+def test_reader_gives_back_what_ffcv_wrote(ffcv_files, mode):
+    with beton.Reader(ffcv_files[mode]) as reader:
         assert reader.format.startswith("FFCV v2") and not reader.checksummed
         assert len(reader) == 40 and list(reader.fields) == ["label", "score", "arr", "blob", "meta", "image"]
         psnrs = []
@@ -62,11 +74,11 @@ def test_reader_gives_back_what_ffcv_wrote(mode):
 
 @pytest.mark.parametrize("mode", ["raw", "jpg"])
 @pytest.mark.parametrize("os_cache", [True, False])
-def test_loader_runs_the_same_pipelines_on_ffcv_files(mode, os_cache):
+def test_loader_runs_the_same_pipelines_on_ffcv_files(ffcv_files, mode, os_cache):
     pipelines = {"label": [IntDecoder(), ToTensor()], "score": [FloatDecoder(), ToTensor()],
                  "arr": [NDArrayDecoder(), ToTensor()], "blob": [BytesDecoder()], "meta": [JSONDecoder()],
                  "image": [CenterCropRGBImageDecoder((16, 16), ratio=1.0), ToTensor()]}
-    with Loader(FIXTURES / f"ffcv_v2_{mode}.beton", batch_size=7, num_workers=2, os_cache=os_cache,
+    with Loader(ffcv_files[mode], batch_size=7, num_workers=2, os_cache=os_cache,
                 order=OrderOption.RANDOM, seed=1, pipelines=pipelines) as loader:
         seen = 0
         for labels, scores, arrs, blobs, metas, images in loader:
@@ -78,18 +90,18 @@ def test_loader_runs_the_same_pipelines_on_ffcv_files(mode, os_cache):
                 assert images[k].shape == (16, 16, 3)
                 seen += 1
         assert seen == 40
-    with Loader(FIXTURES / f"ffcv_v2_{mode}.beton", batch_size=8, num_workers=1,
+    with Loader(ffcv_files[mode], batch_size=8, num_workers=1,
                 pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()]}) as loader:
         assert sum(len(batch[0]) for batch in loader) == 40
 
 
-def test_verify_and_info_say_ffcv_files_have_no_checksums():
-    report = beton.verify(FIXTURES / "ffcv_v2_raw.beton")
+def test_verify_and_info_say_ffcv_files_have_no_checksums(ffcv_files):
+    report = beton.verify(ffcv_files["raw"])
     assert not report.checksummed and report.num_samples == 40
 
 
-def test_a_truncated_ffcv_file_is_refused(tmp_path):
-    data = (FIXTURES / "ffcv_v2_raw.beton").read_bytes()
+def test_a_truncated_ffcv_file_is_refused(ffcv_files, tmp_path):
+    data = ffcv_files["raw"].read_bytes()
     for length in (30, 2000, len(data) - 5, len(data) - 24):
         path = tmp_path / "cut.beton"
         path.write_bytes(data[:length])
@@ -97,13 +109,13 @@ def test_a_truncated_ffcv_file_is_refused(tmp_path):
             beton.Reader(path)
 
 
-def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(tmp_path):
+def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(ffcv_files, tmp_path):
     from beton.tune import tune
 
     output = tmp_path / "balanced.beton"
-    _, plan = tune(FIXTURES / "ffcv_v2_jpg.beton", output, batch_size=4, read_bandwidth=1e8, num_workers=0,
+    _, plan = tune(ffcv_files["jpg"], output, batch_size=4, read_bandwidth=1e8, num_workers=0,
                    progress=False)
-    with beton.Reader(FIXTURES / "ffcv_v2_jpg.beton") as source, beton.Reader(output) as balanced:
+    with beton.Reader(ffcv_files["jpg"]) as source, beton.Reader(output) as balanced:
         assert balanced.format.startswith("beton") and balanced.num_samples == source.num_samples
         assert set(np.flatnonzero(balanced.data_table["image"]["mode"] == 0)) == set(plan.raw_samples.tolist())
         for i in range(source.num_samples):

@@ -15,7 +15,14 @@ from conftest import write
 from user_fields import AudioField
 
 
-def test_user_field_in_an_importable_module_reads_back_by_type_name(tmp_path):
+@pytest.fixture
+def registered_audio_field():
+    beton.fields.register(AudioField)
+    yield AudioField
+    beton.fields.unregister(AudioField.stored_type_name())
+
+
+def test_a_registered_user_field_reads_back_by_type_name(tmp_path, registered_audio_field):
     clips = [np.arange(n, dtype=np.int16) * 3 for n in (0, 5, 1000)]
     path = write(tmp_path / "audio.beton", {"audio": AudioField(22050), "id": IntField()},
                  [(clip, i) for i, clip in enumerate(clips)], page_size=512)
@@ -44,18 +51,27 @@ def make_local_field():
     return Celsius
 
 
-def test_a_class_that_cannot_be_imported_needs_custom_fields(tmp_path):
+def test_an_unregistered_class_opens_as_unknown_and_says_how_to_register_it(tmp_path):
     Celsius = make_local_field()
     path = write(tmp_path / "t.beton", {"temp": Celsius(), "n": IntField()}, [(21.5, 1), (-4.0, 2)])
     with beton.Reader(path) as reader:  # still opens and describes itself
         assert isinstance(reader.fields["temp"], UnknownField)
         assert reader.descriptors["temp"].type_name.endswith("make_local_field.<locals>.Celsius")
-        with pytest.raises(FieldError, match="custom_fields") as caught:
+        assert reader.data_table["temp"]["kelvin"][0] == pytest.approx(294.65)  # records stay readable
+        with pytest.raises(FieldError, match=r"beton.fields.register\(Celsius\) or pass custom_fields") as caught:
             reader[0]
         assert caught.value.field == "temp" and caught.value.sample == 0
     for key in ("temp", Celsius.stored_type_name()):  # by field name (as FFCV) or by type name
         with beton.Reader(path, custom_fields={key: Celsius}) as reader:
             assert [reader[i] for i in range(2)] == [(21.5, 1), (-4.0, 2)]
+    beton.fields.register(Celsius)
+    try:
+        with beton.Reader(path) as reader:
+            assert [reader[i] for i in range(2)] == [(21.5, 1), (-4.0, 2)]
+        with pytest.raises(FieldError, match="already registered"):
+            beton.fields.register(make_local_field())  # another class under the same name
+    finally:
+        beton.fields.unregister(Celsius.stored_type_name())
 
 
 def test_custom_fields_must_be_field_classes_matching_the_stored_dtype(tmp_path):

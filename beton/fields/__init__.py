@@ -4,6 +4,7 @@ from beton.fields.base import Encoded, EncodeContext, Field, UnknownField
 from beton.fields.bytes import BytesField, JSONField
 from beton.fields.ndarray import NDArrayField, TorchTensorField
 from beton.fields.rgb_image import RGBImageField
+from beton.fields.registry import register, registered_fields, unregister
 from beton.fields.scalar import FloatField, IntField
 
 __all__ = [
@@ -19,6 +20,9 @@ __all__ = [
     "JSONField",
     "RGBImageField",
     "BUILTIN_FIELDS",
+    "register",
+    "unregister",
+    "registered_fields",
 ]
 
 #: Stored type name -> class, for the fields beton ships.

@@ -27,15 +27,15 @@ Writing a new modality means subclassing :class:`Field`::
             return {"sample_rate": self.sample_rate}
 
 The file stores the class's type name (``module.QualifiedName``), its ``arguments()`` as JSON and its metadata
-dtype. A reader finds the class again by importing that name, or from ``custom_fields={"audio": AudioField}``
-when it cannot be imported (a script's ``__main__``, say).
+dtype. A reader never imports that name (files are untrusted input): it finds the class among those the
+program vouches for - ``beton.fields.register(AudioField)``, ``custom_fields={"audio": AudioField}`` or a
+``beton.fields`` entry point (see :mod:`beton.fields.registry`).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from beton.errors import FieldError
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "resolve_field_class"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Field(abc.ABC):
     """Base class of every field. Subclasses are immutable and fully described by ``arguments()``."""
 
     #: Name stored in the file. Built-in fields use short names ("beton.IntField"); by default a subclass is
-    #: stored as "module.QualifiedName", which a reader can import.
+    #: stored as "module.QualifiedName", the name a reader looks up among registered classes.
     type_name: ClassVar[str | None] = None
     #: Fixed-width record stored per sample in the data table (little-endian, no objects).
     metadata_dtype: ClassVar[np.dtype] = np.dtype([])
@@ -142,45 +142,3 @@ class UnknownField(Field):
 
     def describe(self) -> str:
         return f"<unknown {self.stored_name}>({self.stored_arguments})"
-
-
-def resolve_field_class(
-    type_name: str, field_name: str, builtins: Mapping[str, type[Field]],
-    custom_fields: Mapping[str, type[Field]] | None,
-) -> type[Field] | None:
-    """Find the class of a stored field: custom_fields (by field name, then type name), built-ins, import.
-
-    Returns None when the type name cannot be imported; raises FieldError when what is found is no Field.
-    """
-    custom_fields = custom_fields or {}
-    for key in (field_name, type_name):
-        if key in custom_fields:
-            return _check_field_class(custom_fields[key], type_name)
-    if type_name in builtins:
-        return builtins[type_name]
-    found = _import_qualified_name(type_name)
-    return None if found is None else _check_field_class(found, type_name)
-
-
-def _import_qualified_name(type_name: str) -> Any | None:
-    # "pkg.mod.Outer.Inner": try the longest importable module prefix, then walk attributes.
-    parts = type_name.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:split])
-        try:
-            target: Any = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        try:
-            for attribute in parts[split:]:
-                target = getattr(target, attribute)
-        except AttributeError:
-            break
-        return target
-    return None
-
-
-def _check_field_class(candidate: Any, type_name: str) -> type[Field]:
-    if not (isinstance(candidate, type) and issubclass(candidate, Field)):
-        raise FieldError(f"{candidate!r} given for field type {type_name!r} is not a Field subclass")
-    return candidate

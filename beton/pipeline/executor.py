@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from beton.errors import BetonError
+from beton.errors import BetonError, add_note
 from beton.pipeline.compiler import Plan, Stage, Step
 from beton.pipeline.operation import BatchContext, Source
 
@@ -120,7 +120,7 @@ def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], job: Batc
             error.sample = int(job.samples[position])
     if isinstance(error, BetonError) and error.field is None and len(steps) == 1:
         error.field = plan.field_names[steps[0].output]
-    error.add_note(f"beton: raised in {where}, on {sample_text} (batch {job.index} of epoch {job.epoch})")
+    add_note(error, f"beton: raised in {where}, on {sample_text} (batch {job.index} of epoch {job.epoch})")
     error._beton_located = True  # one note per error, from the innermost place that knows most
 
 

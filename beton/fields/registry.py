@@ -1,0 +1,111 @@
+"""Which classes a stored field type name may become: the only road from a name in a file to code.
+
+A ``.beton`` file is untrusted input, so the type name it stores is never imported. A reader instantiates a
+field only from a class the program vouched for:
+
+1. ``custom_fields=`` given to the Reader or Loader (by field name, then by stored type name);
+2. beton's own fields;
+3. classes registered in this process with :func:`register` (``beton.fields.register(AudioField)``);
+4. classes that installed packages declare in the ``beton.fields`` entry-point group, whose entry name is
+   the stored type name (``[project.entry-points."beton.fields"]`` ``"mypkg.AudioField" =
+   "mypkg.fields:AudioField"``): installing a package is the user's decision, and only the entry that
+   matches the name is loaded.
+
+Anything else opens as :class:`~beton.fields.base.UnknownField`: its records and raw payload bytes stay
+readable, and decoding it raises a :class:`~beton.errors.FieldError` saying how to register the class.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from importlib import metadata as importlib_metadata
+from typing import TypeVar
+
+from beton.errors import FieldError
+from beton.fields.base import Field
+
+__all__ = ["register", "unregister", "registered_fields", "resolve_field_class", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "beton.fields"
+
+FieldClass = TypeVar("FieldClass", bound=type[Field])
+
+# The process's declared trust, like the codecs registry: a deliberate module-level table, changed only by
+# register() and unregister(), under a lock so that threads opening files see whole updates.
+_registered: dict[str, type[Field]] = {}
+_lock = threading.Lock()
+
+
+def register(cls: FieldClass, name: str | None = None) -> FieldClass:
+    """Allow readers in this process to open fields stored under ``name`` as ``cls``; returns ``cls``.
+
+    ``name`` defaults to ``cls.stored_type_name()`` (what the writer stored). Usable as a class decorator.
+    Registering another class under a name already taken raises FieldError.
+    """
+    _check_field_class(cls, name or "?")
+    key = name or cls.stored_type_name()
+    with _lock:
+        known = _registered.get(key)
+        if known is not None and known is not cls:
+            raise FieldError(f"field type {key!r} is already registered as {known.__module__}.{known.__qualname__}")
+        _registered[key] = cls
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Forget the class registered under ``name`` (no error when there is none)."""
+    with _lock:
+        _registered.pop(name, None)
+
+
+def registered_fields() -> dict[str, type[Field]]:
+    """A copy of the classes registered with :func:`register`, by stored type name."""
+    with _lock:
+        return dict(_registered)
+
+
+def resolve_field_class(
+    type_name: str, field_name: str, builtins: Mapping[str, type[Field]],
+    custom_fields: Mapping[str, type[Field]] | None,
+) -> type[Field] | None:
+    """The class for a stored field, from the sources the module docstring lists; None when none vouches for it.
+
+    Raises FieldError when a class given by the program is no Field subclass.
+    """
+    custom_fields = custom_fields or {}
+    for key in (field_name, type_name):
+        if key in custom_fields:
+            return _check_field_class(custom_fields[key], type_name)
+    if type_name in builtins:
+        return builtins[type_name]
+    with _lock:
+        found = _registered.get(type_name)
+    if found is not None:
+        return found
+    return _from_entry_point(type_name)
+
+
+def _from_entry_point(type_name: str) -> type[Field] | None:
+    for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name == type_name:
+            try:
+                loaded = entry.load()
+            except Exception as error:  # noqa: BLE001 - an installed package's fault, reported as a FieldError
+                raise FieldError(f"field type {type_name!r}: its entry point {entry.value!r} failed to load: "
+                                 f"{error}") from error
+            return _check_field_class(loaded, type_name)
+    return None
+
+
+def _check_field_class(candidate: object, type_name: str) -> type[Field]:
+    if not (isinstance(candidate, type) and issubclass(candidate, Field)):
+        raise FieldError(f"{candidate!r} given for field type {type_name!r} is not a Field subclass")
+    return candidate
+
+
+def unregistered_reason(type_name: str, field_name: str) -> str:
+    """Why a stored field opened as unknown, and how to open it."""
+    short = type_name.rsplit(".", 1)[-1]
+    return (f"field type {type_name!r} is not registered (a file never makes beton import code); if you trust "
+            f"the class, call beton.fields.register({short}) or pass custom_fields={{{field_name!r}: {short}}}")
