@@ -284,3 +284,74 @@ def test_custom_fields_reach_the_loader(tmp_path):
         Loader(path, batch_size=2)
     with Loader(path, batch_size=2, custom_fields={"temp": Celsius}, pipelines={"temp": None}) as loader:
         assert [n.tolist() for (n,) in loader] == [[1, 2]]
+
+
+# ---- the torch DataLoader's habits ---------------------------------------------------------------------------
+
+
+def test_num_workers_0_computes_in_the_calling_thread_with_the_same_batches(image_file):
+    threads = set()
+
+    def record_thread(batch):
+        threads.add(threading.current_thread().name)
+        return batch
+
+    def make(num_workers):
+        return Loader(image_file, batch_size=16, num_workers=num_workers, order=OrderOption.RANDOM, seed=2,
+                      pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor(), record_thread]})
+
+    with make(2) as threaded, make(0) as in_place:
+        expected = [(images.clone(), labels.clone()) for images, labels in threaded]
+        threads.clear()
+        got = list(in_place)
+    assert threads == {threading.current_thread().name}
+    assert len(got) == len(expected) == 13
+    for (images, labels), (want_images, want_labels) in zip(got, expected):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+def test_shuffle_picks_the_order_and_contradictions_are_errors(image_file):
+    def first_epoch(**options):
+        with Loader(image_file, batch_size=16, num_workers=1, seed=3, **options) as loader:
+            return labels_of(loader)
+
+    assert first_epoch(shuffle=True) == first_epoch(order=OrderOption.RANDOM) != first_epoch()
+    assert first_epoch(shuffle=False) == first_epoch(order=OrderOption.SEQUENTIAL)
+    assert first_epoch(shuffle=True, order=OrderOption.QUASI_RANDOM) == first_epoch(order=OrderOption.QUASI_RANDOM)
+    with pytest.raises(ValueError, match="contradicts"):
+        Loader(image_file, batch_size=4, shuffle=False, order=OrderOption.RANDOM)
+    with pytest.raises(ValueError, match="contradicts"):
+        Loader(image_file, batch_size=4, shuffle=True, order=OrderOption.SEQUENTIAL)
+
+
+def test_prefetch_factor_is_batches_ahead_per_worker(image_file):
+    with Loader(image_file, batch_size=8, num_workers=2, prefetch_factor=3, persistent_workers=True) as torch_style, \
+            Loader(image_file, batch_size=8, num_workers=2, batches_ahead=6) as beton_style:
+        assert torch_style.num_slots == beton_style.num_slots
+    with pytest.raises(ValueError, match="not both"):
+        Loader(image_file, batch_size=8, batches_ahead=2, prefetch_factor=2)
+
+
+def test_pin_memory_pins_only_where_cuda_is(image_file, monkeypatch):
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        loader = Loader(image_file, batch_size=16, num_workers=1, pin_memory=True)
+    with loader:
+        assert labels_of(loader) == EXPECTED_BATCHES
+    pinned = []
+
+    def fake_pin(tensor):  # no CUDA here: record what would be pinned, and copy as pinning does
+        pinned.append(tensor.shape)
+        return tensor.clone()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    with Loader(image_file, batch_size=16, num_workers=1, pin_memory=True) as loader:
+        assert labels_of(loader) == EXPECTED_BATCHES
+    assert len(pinned) == 2 * 13 and pinned[0] == (16, 8, 8, 3)
+
+
+def test_repr_shows_path_samples_batches_and_pipelines(image_file):
+    with Loader(image_file, batch_size=16, num_workers=1, order=OrderOption.RANDOM, indices=range(40)) as loader:
+        text = repr(loader)
+    assert text.startswith(f"Loader({str(image_file)!r}, samples=40, batches=3, batch_size=16, order=RandomOrder")
+    assert "'image': [NDArrayDecoder(), ToTensor()]" in text and "'label': [IntDecoder(), ToTensor()]" in text

@@ -80,6 +80,13 @@ def _work(state: _EpochState, compute: Callable[[int], tuple]) -> None:
             state.publish(batch, False, error)
 
 
+def _compute_here(state: _EpochState, batch: int, compute: Callable[[int], tuple]) -> None:
+    try:
+        state.publish(batch, True, compute(batch))
+    except BaseException as error:  # noqa: BLE001 - raised by __next__ like a worker's error
+        state.publish(batch, False, error)
+
+
 class EpochIterator:
     """Iterator over the batches of one epoch; see the module docstring for the concurrency model."""
 
@@ -108,10 +115,11 @@ class EpochIterator:
             slot = batch % num_slots
             return run_job(make_job(first_batch + batch, batches[batch], slot), slot)
 
+        self._compute = compute
         self._threads = [
             threading.Thread(target=_work, args=(self._state, compute), name=f"beton-worker-{i}", daemon=True)
             for i in range(min(num_workers, max(1, len(batches))))
-        ]
+        ]  # none for num_workers=0: __next__ computes each batch in the calling thread
         for thread in self._threads:
             thread.start()
 
@@ -135,6 +143,8 @@ class EpochIterator:
         if batch >= state.num_batches or state.stop:
             self.close()
             raise StopIteration
+        if not self._threads:
+            _compute_here(state, batch, self._compute)
         with state.condition:
             state.requested = batch + 1  # the previous batch's slot may be reused from now on
             state.condition.notify_all()

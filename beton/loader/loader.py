@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +20,8 @@ from beton.fields.rgb_image import RGBImageField
 from beton.loader.epoch import EpochIterator
 from beton.memory.os_cache import OSCache, metadata_column
 from beton.memory.process_cache import ProcessCache
-from beton.order import ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder, shard
+from beton.order import (ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder,
+                         SequentialOrder, shard)
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.operation import Scratch
@@ -37,10 +39,12 @@ class Loader:
     Args:
         path: the .beton file.
         batch_size: samples per batch.
-        num_workers: worker threads; -1 uses every usable core.
+        num_workers: worker threads; -1 uses every usable core; 0 computes each batch in the calling thread
+            when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
         os_cache: True reads through a memory map (the OS page cache); False uses a process cache that
             reads whole pages ahead of use in the epoch's known order (see :mod:`beton.memory.process_cache`).
-        order: an :class:`OrderOption` or an :class:`~beton.order.Order` instance.
+        order: an :class:`OrderOption` or an :class:`~beton.order.Order` instance (default SEQUENTIAL, or
+            RANDOM with ``shuffle=True``).
         distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
         seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
@@ -68,6 +72,17 @@ class Loader:
         readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
             only touched pages are read from storage (random access, progressive-JPEG fidelity).
         recompile: accepted for FFCV compatibility; unnecessary here, since shapes are fixed at construction.
+
+    The torch DataLoader's names are accepted where they mean something:
+
+        shuffle: True is ``order=OrderOption.RANDOM``, False is SEQUENTIAL (an ``order`` that disagrees is an
+            error).
+        pin_memory: copy every output tensor into page-locked memory, for faster and asynchronous copies to
+            a GPU; only where CUDA is available (elsewhere a warning says it is ignored, as torch's does).
+        prefetch_factor: batches prepared ahead per worker, as torch's: ``batches_ahead = prefetch_factor *
+            max(1, num_workers)`` (give one or the other).
+        persistent_workers: accepted and changes nothing: compiled stages and the batch slots already persist
+            across epochs, and starting worker threads costs microseconds.
     """
 
     def __init__(
@@ -76,14 +91,14 @@ class Loader:
         batch_size: int,
         num_workers: int = -1,
         os_cache: bool = True,
-        order: OrderOption | Order = OrderOption.SEQUENTIAL,
+        order: OrderOption | Order | None = None,
         distributed: bool = False,
         seed: int | None = None,
         indices: Sequence[int] | np.ndarray | None = None,
         pipelines: Mapping[str, Sequence[Any] | None] | None = None,
         custom_fields: Mapping[str, type[Field]] | None = None,
         drop_last: bool = False,
-        batches_ahead: int = 2,
+        batches_ahead: int | None = None,
         *,
         rank: int | None = None,
         world_size: int | None = None,
@@ -96,25 +111,29 @@ class Loader:
         fuse_stages: bool = True,
         readahead: bool = True,
         recompile: bool = False,
+        shuffle: bool | None = None,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if batches_ahead < 1:
-            raise ValueError(f"batches_ahead must be at least 1, got {batches_ahead}")
         if read_bandwidth is not None and (os_cache or read_bandwidth <= 0):
             raise ValueError("read_bandwidth needs os_cache=False (the process cache) and a positive rate, got "
                              f"os_cache={os_cache}, read_bandwidth={read_bandwidth}")
         ensure_thread_safe_layer()
         self.reader = Reader(path, custom_fields=custom_fields)
         self.batch_size = batch_size
-        self.num_workers = resolve_workers(num_workers, minimum=1)
+        self.num_workers = resolve_workers(num_workers, minimum=0)
+        batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)
+        self.pin_memory = _resolve_pin_memory(pin_memory)
         self.drop_last = drop_last
         self.copy = copy
         self.overwrite_kept = overwrite_kept
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size)
-        self.order = _resolve_order(order, quasi_random_window)
+        self.order = _resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
         # while asking for the next (see beton.loader.epoch).
@@ -226,6 +245,9 @@ class Loader:
                 buffers[index] = np.empty_like(buffers[index])
 
     def _finish(self, outputs: tuple) -> tuple:
+        if self.pin_memory:
+            return tuple(value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu"
+                         else value for value in outputs)
         if not self.copy:
             return outputs
         return tuple(_copy(value) for value in outputs)
@@ -252,6 +274,23 @@ class Loader:
         self._progress = None
 
     # ---- inspection and teardown ---------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        pipelines = ", ".join(
+            f"{name!r}: [{', '.join(repr(step.operation) for step in steps)}]"
+            for name, steps in zip(self.plan.output_names, self._steps_by_output())
+        )
+        shard = f", rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        return (f"Loader({os.fspath(self.reader.path)!r}, samples={len(self.indices)}, batches={len(self)}, "
+                f"batch_size={self.batch_size}, order={type(self.order).__name__}, num_workers={self.num_workers}{shard}, "
+                f"pipelines={{{pipelines}}})")
+
+    def _steps_by_output(self) -> list[list[Any]]:
+        steps: list[list[Any]] = [[] for _ in self.plan.output_names]
+        for stage in self.plan.stages:
+            for step in stage.steps:
+                steps[step.output].append(step)
+        return [sorted(output_steps, key=lambda step: step.position) for output_steps in steps]
 
     def explain(self) -> str:
         """The stages, their generated source and the output states."""
@@ -339,6 +378,40 @@ def _resolve_shard(distributed: bool, rank: int | None, world_size: int | None) 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
     return rank, world_size
+
+
+def _resolve_batches_ahead(batches_ahead: int | None, prefetch_factor: int | None, num_workers: int) -> int:
+    if batches_ahead is not None and prefetch_factor is not None:
+        raise ValueError("give batches_ahead or prefetch_factor (torch's name, per worker), not both")
+    if prefetch_factor is not None:
+        if prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor must be at least 1, got {prefetch_factor}")
+        return prefetch_factor * max(1, num_workers)
+    if batches_ahead is None:
+        return 2
+    if batches_ahead < 1:
+        raise ValueError(f"batches_ahead must be at least 1, got {batches_ahead}")
+    return batches_ahead
+
+
+def _resolve_pin_memory(pin_memory: bool) -> bool:
+    if pin_memory and not torch.cuda.is_available():
+        warnings.warn("pin_memory=True is ignored: CUDA is not available", UserWarning, stacklevel=3)
+        return False
+    return bool(pin_memory)
+
+
+def _order_or_shuffle(order: OrderOption | Order | None, shuffle: bool | None) -> OrderOption | Order:
+    if shuffle is None:
+        return OrderOption.SEQUENTIAL if order is None else order
+    wanted = OrderOption.RANDOM if shuffle else OrderOption.SEQUENTIAL
+    if order is not None and order != wanted and not (shuffle and _shuffles(order)):
+        raise ValueError(f"shuffle={shuffle} contradicts order={order!r}; give one of them")
+    return wanted if order is None else order
+
+
+def _shuffles(order: OrderOption | Order) -> bool:
+    return not (order is OrderOption.SEQUENTIAL or isinstance(order, SequentialOrder))
 
 
 def _resolve_order(order: OrderOption | Order, quasi_random_window: int | None) -> Order:
