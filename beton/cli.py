@@ -8,6 +8,8 @@
     beton bench [--quick]                the side-by-side benchmark suite
 
 Exit codes: 0 success, 1 the file is invalid or corrupt (or a conversion failed), 2 bad arguments.
+Errors print as one line; ``--debug`` adds the traceback. Text taken from a file (names, arguments) is printed
+with control and formatting characters escaped, so a crafted file cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import argparse
 import json
 import os
 import sys
+import traceback
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
 
+import beton
 from beton.errors import BetonError
 from beton.fields.rgb_image import IMAGE_MODES, WRITE_MODES, RGBImageField, scan_bytes
 from beton.reader import Reader
@@ -52,7 +57,16 @@ def describe(reader: Reader) -> str:
             )
         if isinstance(reader.fields[name], RGBImageField) and reader.num_samples:
             lines += _image_summary(reader.data_table[name])
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
+
+
+def printable(text: str) -> str:
+    """``text`` with control and formatting characters (escape sequences, bidi overrides) shown as escapes."""
+    return "".join(
+        character if unicodedata.category(character) not in ("Cc", "Cf") else
+        character.encode("unicode_escape").decode("ascii") if ord(character) < 0x10000 else f"\\U{ord(character):08x}"
+        for character in text
+    )
 
 
 _SIZE_BINS = (0, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -189,6 +203,8 @@ def _existing_path(text: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="beton",
                                      description="Inspect, check, convert, tune and benchmark .beton files.")
+    parser.add_argument("--version", action="version", version=f"beton {beton.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
     info.add_argument("file")
@@ -254,7 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return arguments.run(arguments)
     except (BetonError, OSError, ValueError) as error:
-        print(f"beton {arguments.command}: error: {error}", file=sys.stderr)
+        if arguments.debug:
+            traceback.print_exc()
+        message = " ".join(str(error).split())  # one line, whatever the message holds
+        print(printable(f"beton {arguments.command}: error: {message}"), file=sys.stderr)
         return 1
 
 

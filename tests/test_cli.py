@@ -136,3 +136,50 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
     assert abs(first["beton_over"]["decode limit"] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
     assert (tmp_path / "results.md").read_text().count("| beton |") == 4
+
+
+def test_version_and_python_m_beton():
+    import beton
+
+    for command in ([sys.executable, "-m", "beton", "--version"], [sys.executable, "-m", "beton.cli", "--version"]):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and result.stdout.strip() == f"beton {beton.__version__}"
+
+
+def test_errors_are_one_line_and_debug_adds_the_traceback(mixed_file, tmp_path):
+    bad = tmp_path / "bad.beton"
+    data = bytearray(mixed_file.read_bytes())
+    data[5000] ^= 1
+    bad.write_bytes(bytes(data))
+    plain = run("verify", bad)
+    assert plain.returncode == 1 and len(plain.stderr.strip().splitlines()) == 1
+    assert plain.stderr.startswith("beton verify: error: ") and "Traceback" not in plain.stderr
+    debug = run("--debug", "verify", bad)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == plain.stderr.strip()
+
+
+def test_info_escapes_control_characters_from_the_file(tmp_path):
+    import dataclasses
+
+    from beton.fields import Encoded, Field
+
+    from conftest import write
+
+    hostile = "\x1b]0;pwned\x07\x1b[2J\u202ename"
+
+    @dataclasses.dataclass(frozen=True)
+    class Hostile(Field):  # stored under a type name full of terminal escapes, as a crafted file could be
+        type_name = "evil." + hostile
+
+        def encode(self, value, context):
+            return Encoded()
+
+        def to_python(self, metadata, payload):
+            return None
+
+    path = write(tmp_path / "t.beton", {hostile: Hostile()}, [(None,)])
+    result = run("info", path)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\u202e" not in result.stdout
+    assert "evil.\\x1b]0;pwned\\x07\\x1b[2J\\u202ename" in result.stdout

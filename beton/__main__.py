@@ -1,0 +1,7 @@
+"""``python -m beton``: the ``beton`` command."""
+
+import sys
+
+from beton.cli import main
+
+sys.exit(main())
