@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -187,6 +188,18 @@ def test_normalize_compiled_and_as_a_torch_operation(tile_file):
                 expected = (IMAGES[label] - np.array(MEAN)) / np.array(STD)
                 got = image.permute(1, 2, 0).numpy() if channels_first else image.numpy()
                 np.testing.assert_allclose(got.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_normalize_warns_about_0_to_1_statistics_on_uint8_images(tile_file):
+    imagenet = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    for operations in ([NormalizeImage(*imagenet), ToTensor()], [ToTensor(), ToTorchImage(), NormalizeImage(*imagenet)]):
+        with pytest.warns(UserWarning, match="multiply mean and std by 255"):
+            run(tile_file, operations)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(tile_file, [NormalizeImage([v * 255 for v in imagenet[0]], [v * 255 for v in imagenet[1]]), ToTensor()])
+        run(tile_file, [ToTensor(), ToTorchImage(), Convert(torch.float32), lambda images: images / 255,
+                        NormalizeImage(*imagenet)])
 
 
 @pytest.mark.parametrize("channels", [1, 2, 4])

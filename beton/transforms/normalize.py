@@ -9,6 +9,7 @@ device the batch is.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,11 @@ def _normalize_kernel(src, dst, i, sample, key, args):
 
 @dataclasses.dataclass(frozen=True)
 class NormalizeImage(JitOperation):
-    """Per-channel normalisation of uint8 images; ``mean`` and ``std`` in pixel units (0..255)."""
+    """Per-channel normalisation of uint8 images; ``mean`` and ``std`` in pixel units (0..255), as FFCV's.
+
+    torchvision's statistics are on the 0..1 scale: multiply them by 255 (``mean=[0.485 * 255, ...]``). Given
+    0..1 statistics for uint8 images, the operation warns: outputs would reach about 1000 instead of about 2.
+    """
 
     mean: Sequence[float]
     std: Sequence[float]
@@ -53,6 +58,10 @@ class NormalizeImage(JitOperation):
                          and len(previous.shape) == 3 and channels == len(self.std)
                          and channels in (previous.shape[0], previous.shape[2]),
                          self, f"images with {channels} channels (HxWxC numpy, or torch CxHxW / HxWxC)")
+        if str(previous.dtype) in ("uint8", "torch.uint8") and max(map(abs, (*self.mean, *self.std))) <= 1:
+            warnings.warn(f"NormalizeImage(mean={list(self.mean)}, std={list(self.std)}) looks like statistics on "
+                          "the 0..1 scale, but the images are uint8 (0..255): multiply mean and std by 255",
+                          UserWarning, stacklevel=2)
         if previous.kind == "numpy":
             previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
             return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
