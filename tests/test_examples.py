@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
@@ -40,3 +42,26 @@ def test_research_features_example_runs_all_three_parts():
     assert "every pixel back: True" in result.stdout
     mix = re.search(r"under OrderOption.BALANCED: \[([\d, ]+)\]", result.stdout).group(1).split(", ")
     assert len(set(mix[:-1])) == 1  # every full batch holds the same number of raw images
+
+
+def test_lightning_data_module_trains_on_beton_loaders():
+    pytest.importorskip("lightning", reason="Lightning is not installed (pip install lightning)")
+    result = run_example("lightning_digits.py", "--epochs", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert float(re.search(r"val accuracy (\d\.\d+) after 2 epochs", result.stdout).group(1)) >= 0.9
+
+
+def test_a_loader_as_a_torch_iterable_dataset(image_file):
+    import torch.utils.data
+
+    from beton import Loader
+    from beton.errors import LoaderError
+    from beton.loader import BatchDataset
+
+    with Loader(image_file, batch_size=16, num_workers=2) as loader:
+        data = torch.utils.data.DataLoader(BatchDataset(loader), batch_size=None, num_workers=0)
+        assert len(data) == 13
+        assert torch.cat([labels for _, labels in data]).tolist() == list(range(203))
+        in_workers = torch.utils.data.DataLoader(BatchDataset(loader), batch_size=None, num_workers=1)
+        with pytest.raises(LoaderError, match="num_workers=0"):
+            next(iter(in_workers))

@@ -1,5 +1,7 @@
 """The Loader and the per-epoch iterator behind it."""
 
 from beton.loader.loader import Loader
+from beton.loader.torch_data import BatchDataset
+from beton.order import OrderOption
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "OrderOption", "BatchDataset"]
