@@ -21,8 +21,8 @@ import inspect
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
 
 import numba
 import numpy as np
@@ -37,7 +37,7 @@ from beton.pipeline.operation import (
     State,
 )
 
-__all__ = ["Step", "Stage", "Plan", "build_plan", "default_cache_dir", "make_stage_source"]
+__all__ = ["Step", "Stage", "Plan", "build_plan", "default_cache_dir", "make_stage_source", "Compiler"]
 
 StageKind = Literal["jit", "sample", "batch"]
 _STAGE_MODULE_PREFIX = "beton_stage_"
@@ -288,3 +288,35 @@ def default_cache_dir() -> str:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "beton", "kernels")
+
+
+class Compiler:
+    """FFCV's compiler switches (``ffcv.pipeline.compiler.Compiler``), for operations written to its contract.
+
+    ``set_enabled(False)`` runs their functions as plain Python (to debug them); it is process-wide, as in
+    FFCV. beton's own stages are always compiled.
+    """
+
+    is_enabled: ClassVar[bool] = True
+
+    @classmethod
+    def set_enabled(cls, enabled: bool) -> None:
+        cls.is_enabled = bool(enabled)
+
+    @classmethod
+    def set_num_threads(cls, num_threads: int) -> None:
+        """Accepted for FFCV scripts; beton's parallelism is the Loader's worker threads."""
+
+    @staticmethod
+    def get_iterator() -> Callable[..., Any]:
+        """The loop range for an operation's function: numba's prange (a plain range outside parallel code)."""
+        return numba.prange
+
+    get_iterable = get_iterator  # the name FFCV's custom-transform guide uses
+
+    @classmethod
+    def compile(cls, code: Callable[..., Any], signature: Any = None) -> Callable[..., Any]:
+        """``code`` compiled with numba (nogil), or unchanged while compilation is disabled."""
+        if not cls.is_enabled:
+            return code
+        return numba.njit(signature, nogil=True)(code) if signature is not None else numba.njit(nogil=True)(code)

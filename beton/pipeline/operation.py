@@ -133,11 +133,17 @@ class Scratch:
 
 
 class Operation(abc.ABC):
-    """Base of all operations; see the module docstring for the three kinds."""
+    """Base of all operations; see the module docstring for the three kinds.
 
-    @abc.abstractmethod
+    A direct subclass may instead follow FFCV's contract (``declare_state_and_memory`` and ``generate_code``):
+    pipelines run it through :class:`beton.pipeline.ffcv_contract.FFCVOperation`.
+    """
+
     def output_state(self, previous: State | SourceState) -> State:
-        """Validate the input State and return the output State."""
+        """Validate the input State and return the output State (every beton operation implements it)."""
+        raise PipelineError(f"{type(self).__name__} implements neither output_state (beton's contract: subclass "
+                            "JitOperation, SampleOperation or BatchOperation) nor declare_state_and_memory and "
+                            "generate_code (FFCV's contract)")
 
     #: True for decoders: operations whose input is a stored field (a SourceState), not another operation.
     is_decoder: ClassVar[bool] = False

@@ -24,6 +24,7 @@ from beton.fields.decoders import (
     SimpleRGBImageDecoder,
     TorchTensorDecoder,
 )
+from beton.pipeline.ffcv_contract import FFCVOperation, follows_ffcv_contract
 from beton.pipeline.operation import Operation
 from beton.transforms.torch_ops import ModuleWrapper, ToTensor, ViewAs
 
@@ -74,6 +75,8 @@ def resolve_pipelines(
 
 
 def _wrap(operation: Any) -> Operation:
+    if follows_ffcv_contract(operation):
+        return FFCVOperation(operation)
     if isinstance(operation, Operation):
         return operation
     if isinstance(operation, torch.nn.Module) or callable(operation):
