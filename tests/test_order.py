@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import beton
+import beton.errors
+
 from beton.order import ORDERS, OrderContext, OrderOption, QuasiRandomOrder, RandomOrder, SequentialOrder, shard
 from beton.order.quasi_random import expected_uniform_pages
 
@@ -78,3 +81,33 @@ def test_orders_are_picked_from_the_mapping():
     assert set(ORDERS) == set(OrderOption)
     with pytest.raises(ValueError):
         QuasiRandomOrder(window_pages=0)
+
+
+def test_ffcv_style_traversal_orders_and_order_classes(image_file):
+    from beton import Loader
+    from beton.traversal_order import Random, TraversalOrder
+
+    class Backwards(TraversalOrder):  # FFCV's contract: built with the loader, asked for each epoch's order
+        def sample_order(self, epoch):
+            return self.indices[::-1] if epoch % 2 == 0 else self.indices
+
+    with Loader(image_file, batch_size=50, num_workers=1, order=Backwards) as loader:
+        assert [int(i) for i in np.concatenate(loader.epoch_batches(0))] == list(range(202, -1, -1))
+        assert [int(i) for i in np.concatenate(loader.epoch_batches(1))] == list(range(203))
+    halves = []
+    for rank in range(2):
+        with Loader(image_file, batch_size=50, num_workers=1, order=Backwards, rank=rank, world_size=2,
+                    drop_last=True) as loader:
+            halves.append([int(i) for i in np.concatenate(loader.epoch_batches(0))])
+    assert halves == [list(range(202, 101, -1))[:100], list(range(101, 0, -1))[:100]]
+    with Loader(image_file, batch_size=50, num_workers=1, order=Random, seed=4) as by_class, \
+            Loader(image_file, batch_size=50, num_workers=1, order=beton.OrderOption.RANDOM, seed=4) as by_option:
+        assert [b.tolist() for b in by_class.epoch_batches(0)] == [b.tolist() for b in by_option.epoch_batches(0)]
+
+    class Outside(TraversalOrder):
+        def sample_order(self, epoch):
+            return [0, 1, 999]
+
+    with Loader(image_file, batch_size=50, num_workers=1, order=Outside) as loader:
+        with pytest.raises(beton.errors.PipelineError, match="outside the Loader's selected samples"):
+            loader.epoch_batches(0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import warnings
 
+import cv2
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from beton import Loader, OrderOption
 from beton.fields import IntField, NDArrayField
 from beton.fields.decoders import IntDecoder, NDArrayDecoder
 from beton.pipeline.operation import BatchContext
+from beton.fields.image_crops import random_resized_crop
 from beton.pipeline.random import integer, operation_key, uniform
 from beton.sample_photos import photo_crop
 from beton.transforms import (
@@ -30,6 +33,7 @@ from beton.transforms import (
     RandomTranslate,
     RandomVerticalFlip,
     ReplaceLabel,
+    Squeeze,
     ToTensor,
     ToTorchImage,
 )
@@ -268,3 +272,82 @@ def test_to_device_on_a_machine_without_cuda_does_not_pin(tile_file):
 
     for images, labels, _ in run(tile_file, [ToTensor(), ToDevice("cpu")]):
         assert images.device.type == "cpu" and not images.is_pinned()
+
+
+# ---- FFCV's transforms ---------------------------------------------------------------------------------------
+
+
+def test_random_resized_crop_on_arrays(tile_file):
+    from beton.transforms import RandomResizedCrop
+
+    whole = RandomResizedCrop(scale=(1.0, 1.0), ratio=(WIDTH / HEIGHT, WIDTH / HEIGHT), size=(HEIGHT, WIDTH))
+    check(tile_file, whole, lambda image, sample: image)  # the whole image at its own size: exactly the input
+
+    crop = RandomResizedCrop(scale=(0.3, 0.6), ratio=(3 / 4, 4 / 3), size=6)
+    outputs = [run(tile_file, [crop, ToTensor()], num_workers=n) for n in (1, 2)]
+    for (images, labels, _), (again, _, _) in zip(*outputs):
+        assert torch.equal(images, again)  # keyed draws: the same crops for any number of workers
+        for image, sample in zip(images.numpy(), labels.tolist()):
+            top, left, height, width = random_resized_crop(key(1), sample, HEIGHT, WIDTH, 0.3, 0.6,
+                                                           math.log(3 / 4), math.log(4 / 3))
+            region = IMAGES[sample][top : top + height, left : left + width]
+            errors = [np.abs(cv2.resize(region, (6, 6), interpolation=method).astype(int) - image).max()
+                      for method in (cv2.INTER_AREA, cv2.INTER_LINEAR)]
+            assert min(errors) <= 1, (sample, errors)  # that box, resized by one of OpenCV's two filters
+
+
+def test_poison_blends_the_mask_into_chosen_samples(tile_file):
+    from beton.transforms import Poison
+
+    mask = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    mask[2:5, 3:7] = 255
+    chosen = {1, 4, 9, 16, 25, 36}
+
+    def reference(image, sample):
+        if sample not in chosen:
+            return image
+        return np.clip(0.7 * image + 0.3 * mask.astype(np.float64), 0, 255).astype(np.uint8)
+
+    check(tile_file, Poison(mask, 0.3, sorted(chosen)), reference, tolerance=1)
+
+
+def test_mixup_to_one_hot_matches_the_label_mixup_rows(tile_file):
+    from beton.transforms import MixupToOneHot
+
+    def rows(extra):
+        labels = [IntDecoder(), LabelMixup(alpha=0.5, same_lambda=False), ToTensor(), *extra]
+        return [batch for _, batch, _ in run(tile_file, [ToTensor()], label_operations=labels)]
+
+    for mixed, targets in zip(rows([]), rows([MixupToOneHot(40)])):
+        assert targets.shape == (len(mixed), 40)
+        expected = torch.zeros(len(mixed), 40, dtype=targets.dtype)
+        for k, (label, partner, lam) in enumerate(mixed.tolist()):
+            expected[k, int(label)] += lam
+            expected[k, int(partner)] += 1 - lam
+        torch.testing.assert_close(targets, expected)
+
+
+def test_view_works_on_numpy_and_torch_batches(tile_file):
+    from beton.transforms import View
+
+    for operations in ([View(np.int8), ToTensor()], [ToTensor(), View(torch.int8)]):
+        for images, labels, _ in run(tile_file, operations):
+            assert images.dtype == torch.int8
+            for image, label in zip(images.numpy(), labels.tolist()):
+                np.testing.assert_array_equal(image, IMAGES[label].view(np.int8))
+
+
+def test_squeeze_takes_ffcv_batch_dimensions_or_per_sample_dims():
+    from beton.pipeline.operation import State
+
+    state = State((1, 3, 1), torch.float32, kind="torch")
+    assert Squeeze(1).output_state(state).shape == (3, 1) == Squeeze(dims=(0,)).output_state(state).shape
+    assert Squeeze(-1).output_state(state).shape == (1, 3)
+    assert Squeeze().output_state(state).shape == (3,)
+    assert Squeeze(1) == Squeeze(dims=(0,))
+    with pytest.raises(ValueError, match="dimension 0 is the batch"):
+        Squeeze(0)
+    with pytest.raises(PipelineError, match="size 1"):
+        Squeeze(2).output_state(state)
+    batch = torch.zeros(5, 1, 3, 1)
+    assert Squeeze(1).apply(batch, None).shape == (5, 3, 1)

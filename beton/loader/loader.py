@@ -22,6 +22,7 @@ from beton.memory.os_cache import OSCache, metadata_column
 from beton.memory.process_cache import ProcessCache
 from beton.order import (ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder,
                          SequentialOrder, shard)
+from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.operation import Scratch
@@ -31,6 +32,8 @@ from beton.pipeline.threading_layer import ensure_thread_safe_layer
 from beton.reader import Reader
 
 __all__ = ["Loader"]
+
+_WINDOWED_ORDERS = (QuasiRandomOrder, BalancedOrder)  # built with the Loader's quasi_random_window
 
 
 class Loader:
@@ -43,8 +46,9 @@ class Loader:
             when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
         os_cache: True reads through a memory map (the OS page cache); False uses a process cache that
             reads whole pages ahead of use in the epoch's known order (see :mod:`beton.memory.process_cache`).
-        order: an :class:`OrderOption` or an :class:`~beton.order.Order` instance (default SEQUENTIAL, or
-            RANDOM with ``shuffle=True``).
+        order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
+            FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
+            ``shuffle=True``).
         distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
         seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
@@ -133,7 +137,7 @@ class Loader:
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size)
-        self.order = _resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window)
+        self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
         # while asking for the next (see beton.loader.epoch).
@@ -190,6 +194,21 @@ class Loader:
         )
         self._active = weakref.ref(iterator)
         return iterator
+
+    def _resolve_order(self, order: Any, quasi_random_window: int | None) -> Order:
+        if isinstance(order, Order):
+            return order
+        if isinstance(order, type) and issubclass(order, TraversalOrder):
+            return TraversalOrderAdapter(order(self))  # FFCV's contract: the class, built with the loader
+        if isinstance(order, type) and issubclass(order, Order):
+            cls = order
+        else:
+            try:
+                cls = ORDERS[OrderOption(order)]
+            except (KeyError, ValueError):
+                raise ValueError(f"order must be an OrderOption, an Order or a TraversalOrder class, got {order!r}") \
+                    from None
+        return cls(window_pages=quasi_random_window) if cls in _WINDOWED_ORDERS else cls()
 
     def set_fidelity(self, scans: int | None) -> None:
         """Read only the first ``scans`` scans of progressive JPEGs from the next batch on (None: all of them).
@@ -401,30 +420,21 @@ def _resolve_pin_memory(pin_memory: bool) -> bool:
     return bool(pin_memory)
 
 
-def _order_or_shuffle(order: OrderOption | Order | None, shuffle: bool | None) -> OrderOption | Order:
+def _order_or_shuffle(order: Any, shuffle: bool | None) -> Any:
     if shuffle is None:
         return OrderOption.SEQUENTIAL if order is None else order
-    wanted = OrderOption.RANDOM if shuffle else OrderOption.SEQUENTIAL
-    if order is not None and order != wanted and not (shuffle and _shuffles(order)):
+    if order is None:
+        return OrderOption.RANDOM if shuffle else OrderOption.SEQUENTIAL
+    if _shuffles(order) != shuffle:
         raise ValueError(f"shuffle={shuffle} contradicts order={order!r}; give one of them")
-    return wanted if order is None else order
+    return order
 
 
-def _shuffles(order: OrderOption | Order) -> bool:
-    return not (order is OrderOption.SEQUENTIAL or isinstance(order, SequentialOrder))
-
-
-def _resolve_order(order: OrderOption | Order, quasi_random_window: int | None) -> Order:
-    if isinstance(order, Order):
-        return order
-    if order is OrderOption.QUASI_RANDOM:
-        return QuasiRandomOrder(quasi_random_window)
-    if order is OrderOption.BALANCED:
-        return BalancedOrder(window_pages=quasi_random_window)
-    try:
-        return ORDERS[OrderOption(order)]()
-    except (KeyError, ValueError):
-        raise ValueError(f"order must be an OrderOption or an Order, got {order!r}") from None
+def _shuffles(order: Any) -> bool:
+    if isinstance(order, OrderOption):
+        return order is not OrderOption.SEQUENTIAL
+    kind = order if isinstance(order, type) else type(order)
+    return not issubclass(kind, SequentialOrder)
 
 
 def _image_modes(reader: Reader) -> dict[str, np.ndarray]:

@@ -2,9 +2,10 @@
 
 Compiled (numba, fused, per sample, on numpy HxWxC uint8 images before ToTensor): RandomHorizontalFlip,
 RandomVerticalFlip, Cutout, RandomErasing, RandomTranslate, RandomBrightness, RandomContrast,
-RandomSaturation, RandomSolarization, NormalizeImage, ReplaceLabel. Per batch: ImageMixup, LabelMixup, and the
-torch operations ToTensor, ToTorchImage, Squeeze, Convert, ViewAs, ToDevice, ModuleWrapper (and NormalizeImage
-on torch tensors, e.g. on the GPU).
+RandomSaturation, RandomSolarization, NormalizeImage, ReplaceLabel, Poison. Per sample in Python (OpenCV):
+RandomResizedCrop. Per batch: ImageMixup, LabelMixup, MixupToOneHot, and the torch operations ToTensor,
+ToTorchImage, Squeeze, Convert, ViewAs (View), ToDevice, ModuleWrapper (and NormalizeImage on torch tensors,
+e.g. on the GPU).
 """
 
 from beton.transforms.color import (
@@ -17,9 +18,11 @@ from beton.transforms.color import (
 from beton.transforms.cutout import Cutout, RandomErasing
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.labels import ReplaceLabel
-from beton.transforms.mixup import ImageMixup, LabelMixup
+from beton.transforms.mixup import ImageMixup, LabelMixup, MixupToOneHot
 from beton.transforms.normalize import NormalizeImage
-from beton.transforms.torch_ops import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, ViewAs
+from beton.transforms.poisoning import Poison
+from beton.transforms.random_resized_crop import RandomResizedCrop
+from beton.transforms.torch_ops import Convert, ModuleWrapper, Squeeze, ToDevice, ToTensor, ToTorchImage, View, ViewAs
 from beton.transforms.translate import RandomTranslate
 
 __all__ = [
@@ -27,4 +30,6 @@ __all__ = [
     "RandomHorizontalFlip", "RandomVerticalFlip", "Cutout", "RandomErasing", "RandomTranslate",
     "RandomBrightness", "RandomContrast", "RandomSaturation", "RandomSolarization", "Solarization",
     "NormalizeImage", "ImageMixup", "LabelMixup", "ReplaceLabel",
+    # FFCV's names and transforms
+    "View", "RandomResizedCrop", "Poison", "MixupToOneHot",
 ]

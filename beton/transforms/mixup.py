@@ -17,7 +17,7 @@ import numpy as np
 from beton.pipeline.operation import BatchContext, BatchOperation, State
 from beton.transforms._image import require_uint8_images
 
-__all__ = ["ImageMixup", "LabelMixup", "mixup_draws"]
+__all__ = ["ImageMixup", "LabelMixup", "MixupToOneHot", "mixup_draws"]
 
 
 def mixup_draws(context: BatchContext, count: int, alpha: float, same_lambda: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -85,3 +85,32 @@ class LabelMixup(_Mixup):
     def apply(self, batch: np.ndarray, context: BatchContext) -> np.ndarray:
         permutation, weights = mixup_draws(context, len(batch), self.alpha, self.same_lambda)
         return np.stack([batch, batch[permutation], weights], axis=1).astype(np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixupToOneHot(BatchOperation):
+    """LabelMixup's rows (label, partner's label, lam) -> mixed one-hot targets ``lam * onehot(label) +
+    (1 - lam) * onehot(partner)`` of ``num_classes`` columns; on numpy or torch batches (on any device)."""
+
+    num_classes: int
+
+    def output_state(self, previous: Any) -> State:
+        previous.require(isinstance(previous, State) and previous.kind in ("numpy", "torch")
+                         and tuple(previous.shape) == (3,), self, "LabelMixup's (label, partner, lam) rows")
+        return dataclasses.replace(previous, shape=(self.num_classes,))
+
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        rows = np.arange(len(batch))
+        labels, partners = batch[:, 0], batch[:, 1]
+        if isinstance(batch, np.ndarray):
+            out = np.zeros((len(batch), self.num_classes), batch.dtype)
+            np.add.at(out, (rows, labels.astype(np.int64)), batch[:, 2])
+            np.add.at(out, (rows, partners.astype(np.int64)), 1 - batch[:, 2])
+            return out
+        import torch
+
+        out = torch.zeros((len(batch), self.num_classes), dtype=batch.dtype, device=batch.device)
+        out.scatter_add_(1, labels.long()[:, None], batch[:, 2:3])
+        out.scatter_add_(1, partners.long()[:, None], 1 - batch[:, 2:3])
+        return out
+

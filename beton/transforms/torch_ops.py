@@ -11,7 +11,7 @@ import torch
 
 from beton.pipeline.operation import BatchContext, BatchOperation, State
 
-__all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "ToDevice", "ModuleWrapper"]
+__all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "View", "ToDevice", "ModuleWrapper"]
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
@@ -56,26 +56,40 @@ class ToTorchImage(BatchOperation):
         return chw if self.channels_last else chw.contiguous()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Squeeze(BatchOperation):
-    """Remove per-sample dimensions of size 1 (all of them, or the given ones counted per sample)."""
+    """Remove per-sample dimensions of size 1: all of them, or those given.
 
-    dims: tuple[int, ...] | None = None
+    ``Squeeze(1)`` counts dimensions of the batch tensor, as FFCV's and ``torch.squeeze`` do (dimension 0 is
+    the batch, which cannot be squeezed); ``Squeeze(dims=(0,))`` counts them per sample. Both mean the same.
+    """
+
+    dims: tuple[int, ...] | None = None  # per sample
+
+    def __init__(self, *batch_dims: int, dims: tuple[int, ...] | None = None) -> None:
+        if batch_dims and dims is not None:
+            raise ValueError("give batch dimensions (Squeeze(1)) or per-sample dims= (Squeeze(dims=(0,))), not both")
+        if any(d == 0 for d in batch_dims):
+            raise ValueError("dimension 0 is the batch and cannot be squeezed; per-sample dimensions start at 1")
+        if batch_dims:
+            dims = tuple(d - 1 if d > 0 else d for d in batch_dims)
+        object.__setattr__(self, "dims", None if dims is None else tuple(dims))
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
         if self.dims is None:
             shape = tuple(size for size in previous.shape if size != 1)
         else:
-            previous.require(all(previous.shape[d] == 1 for d in self.dims), self, f"size 1 at dims {self.dims}")
-            shape = tuple(size for d, size in enumerate(previous.shape) if d not in self.dims)
+            rank = len(previous.shape)
+            previous.require(all(-rank <= d < rank and previous.shape[d] == 1 for d in self.dims), self,
+                             f"size 1 at per-sample dims {self.dims}")
+            dims = {d % rank for d in self.dims}
+            shape = tuple(size for d, size in enumerate(previous.shape) if d not in dims)
         return dataclasses.replace(previous, shape=shape)
 
     def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
-        if self.dims is None:
-            sample_shape = tuple(size for size in batch.shape[1:] if size != 1)
-            return batch.reshape((batch.shape[0],) + sample_shape)
-        return batch.squeeze(tuple(d + 1 for d in self.dims)) if self.dims else batch
+        sample_shape = self.output_state(State(tuple(batch.shape[1:]), batch.dtype, kind="torch")).shape
+        return batch.reshape((batch.shape[0],) + sample_shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,19 +108,26 @@ class Convert(BatchOperation):
 
 @dataclasses.dataclass(frozen=True)
 class ViewAs(BatchOperation):
-    """Reinterpret the tensor's bits as another dtype of the same size (e.g. uint16 -> bfloat16)."""
+    """Reinterpret the batch's bits as another dtype of the same size (e.g. uint16 -> bfloat16), on numpy
+    arrays (``ndarray.view``) or torch tensors (``Tensor.view``)."""
 
     dtype: Any
 
     def output_state(self, previous: State) -> State:
-        _require_torch(self, previous)
-        target = _torch_dtype(self.dtype)
+        previous.require(isinstance(previous, State) and previous.kind in ("numpy", "torch"), self,
+                         "a numpy or torch batch")
+        target = np.dtype(self.dtype) if previous.kind == "numpy" else _torch_dtype(self.dtype)
         previous.require(target.itemsize == previous.dtype.itemsize, self, f"a dtype of {target.itemsize} bytes")
         return dataclasses.replace(previous, dtype=target)
 
-    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        if isinstance(batch, np.ndarray):
+            return batch.view(np.dtype(self.dtype))
         target = _torch_dtype(self.dtype)
         return batch if batch.dtype == target else batch.view(target)
+
+
+View = ViewAs  # FFCV's name
 
 
 @dataclasses.dataclass(frozen=True)

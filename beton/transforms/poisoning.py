@@ -1,0 +1,63 @@
+"""Poison (FFCV's ``ffcv.transforms.Poison``): blend a fixed mask into chosen samples, e.g. for data-poisoning
+and backdoor experiments."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from beton.pipeline.operation import JitOperation, State
+from beton.transforms._image import require_uint8_images
+
+__all__ = ["Poison"]
+
+
+@numba.njit(nogil=True, cache=True)
+def _poison_kernel(src, dst, i, sample, key, args):
+    chosen, mask, alpha, low, high = args  # chosen: sorted dataset indices; mask and alpha: float32 per pixel
+    position = np.searchsorted(chosen, sample)
+    if position < chosen.size and chosen[position] == sample:
+        image, out = src[i], dst[i]
+        for y in range(image.shape[0]):
+            for x in range(image.shape[1]):
+                for c in range(image.shape[2]):
+                    blended = (1 - alpha[y, x, c]) * image[y, x, c] + alpha[y, x, c] * mask[y, x, c]
+                    out[y, x, c] = min(high, max(low, blended))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Poison(JitOperation):
+    """Samples whose dataset index is in ``indices`` become ``(1 - alpha) * image + alpha * mask``, clamped to
+    ``clamp`` and truncated to uint8; the others pass unchanged. ``mask`` has the images' HxWxC shape; ``alpha``
+    is a number or an array broadcastable to it."""
+
+    mask: np.ndarray
+    alpha: float | np.ndarray
+    indices: Sequence[int]
+    clamp: tuple[float, float] = (0, 255)
+
+    def output_state(self, previous: Any) -> State:
+        state = require_uint8_images(self, previous)
+        state.require(np.shape(self.mask) == tuple(state.shape), self, f"images of the mask's shape {np.shape(self.mask)}")
+        return state
+
+    def in_place(self, previous: State) -> bool:
+        return True
+
+    def kernel(self) -> Any:
+        return _poison_kernel
+
+    def __repr__(self) -> str:
+        alpha = self.alpha if np.ndim(self.alpha) == 0 else f"array{np.shape(self.alpha)}"
+        return (f"Poison(mask=array{np.shape(self.mask)}, alpha={alpha}, indices=<{len(self.indices)} samples>, "
+                f"clamp={self.clamp})")
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        mask = np.ascontiguousarray(self.mask, dtype=np.float32)
+        alpha = np.ascontiguousarray(np.broadcast_to(np.asarray(self.alpha, np.float32), mask.shape))
+        return (np.unique(np.asarray(self.indices, dtype=np.int64)), mask, alpha,
+                np.float32(self.clamp[0]), np.float32(self.clamp[1]))
