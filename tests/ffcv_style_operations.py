@@ -77,3 +77,25 @@ class DoubleOnDevice(Operation):
         assert not previous_state.jit_mode
         state = replace(previous_state, dtype=torch.float32)
         return state, AllocationQuery(previous_state.shape, torch.float32, device=previous_state.device)
+
+
+class KeepTopLeft(Operation):
+    """The top-left ``size`` x ``size`` corner of each image; ``size`` may change between epochs."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def generate_code(self) -> Callable:
+        loop = Compiler.get_iterator()
+
+        def keep(images, dst):
+            for i in loop(images.shape[0]):
+                dst[i] = images[i, : dst.shape[1], : dst.shape[2]]
+            return dst
+
+        return keep
+
+    def declare_state_and_memory(self, previous_state: State) -> Tuple[State, Optional[AllocationQuery]]:
+        shape = (self.size, self.size, previous_state.shape[2])
+        return replace(previous_state, shape=shape), AllocationQuery(shape, previous_state.dtype)

@@ -72,3 +72,22 @@ def test_an_operation_following_neither_contract_is_a_clear_error(image_file):
 
     with pytest.raises(PipelineError, match=r"must return \(State, AllocationQuery or None\)"):
         Loader(image_file, batch_size=4, pipelines={"image": [NDArrayDecoder(), BadDeclaration()]})
+
+
+def test_an_operation_changed_between_epochs_takes_effect_at_the_next_epoch(image_file):
+    """ffcv-imagenet's progressive resizing sets an operation's attribute before each epoch."""
+    from ffcv_style_operations import KeepTopLeft
+
+    corner = KeepTopLeft(2)
+    pipelines = {"image": [NDArrayDecoder(), corner, ToTensor()], "label": [IntDecoder(), ToTensor()]}
+    with Loader(image_file, batch_size=16, num_workers=2, pipelines=pipelines) as loader:
+        kept = []
+        for size in (2, 5, 3):
+            corner.size = size
+            for images, labels in loader:
+                assert images.shape[1:] == (size, size, 3)
+                kept.append((images, labels))
+        for images, labels in kept:  # batches of earlier epochs keep their own memory and shape
+            size = images.shape[1]
+            for image, label in zip(images.numpy(), labels.tolist()):
+                np.testing.assert_array_equal(image, small_image(label)[:size, :size])

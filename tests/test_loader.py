@@ -355,3 +355,20 @@ def test_repr_shows_path_samples_batches_and_pipelines(image_file):
         text = repr(loader)
     assert text.startswith(f"Loader({str(image_file)!r}, samples=40, batches=3, batch_size=16, order=RandomOrder")
     assert "'image': [NDArrayDecoder(), ToTensor()]" in text and "'label': [IntDecoder(), ToTensor()]" in text
+
+
+def test_filter_selects_samples_by_a_field_value_like_ffcv(image_file):
+    with Loader(image_file, batch_size=16, num_workers=1, order=OrderOption.RANDOM, indices=range(100)) as loader:
+        with loader.filter("label", lambda label: label % 3 == 0) as multiples:
+            assert multiples.seed == loader.seed and multiples.batch_size == 16
+            assert sorted(sum(labels_of(multiples), [])) == list(range(0, 100, 3))
+        with pytest.raises(PipelineError, match="no field 'colour'"):
+            loader.filter("colour", bool)
+
+
+def test_order_kwargs_reach_the_order_class(image_file):
+    with Loader(image_file, batch_size=16, num_workers=1, order=OrderOption.QUASI_RANDOM,
+                order_kwargs={"window_pages": 1}) as loader:
+        assert loader.order.window_pages == 1
+    with pytest.raises(ValueError, match="not an instance"):
+        Loader(image_file, batch_size=16, order=beton.order.RandomOrder(), order_kwargs={"x": 1})

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import sys
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,7 +76,10 @@ class Loader:
         fuse_stages: False compiles each operation separately (slower; for measuring what fusion gains).
         readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
             only touched pages are read from storage (random access, progressive-JPEG fidelity).
-        recompile: accepted for FFCV compatibility; unnecessary here, since shapes are fixed at construction.
+        recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
+            ...``) is noticed at the next ``iter(loader)``, which plans and allocates again.
+        order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM, or
+            those of a TraversalOrder subclass).
 
     The torch DataLoader's names are accepted where they mean something:
 
@@ -119,7 +123,9 @@ class Loader:
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
+        order_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        self._arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if read_bandwidth is not None and (os_cache or read_bandwidth <= 0):
@@ -137,14 +143,29 @@ class Loader:
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size)
-        self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window)
+        self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window, order_kwargs or {})
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
         # while asking for the next (see beton.loader.epoch).
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 2
-        outputs = resolve_pipelines(self.reader.fields, pipelines)
+        self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
+            self.reader, self.num_slots, process_cache_pages, read_bandwidth)
+        self._scratch = [Scratch() for _ in range(self.num_slots)]
+        self._pipelines = pipelines  # the user's own operations, read (never changed) at every epoch's start
+        self._kernel_cache_dir, self._fuse_stages = kernel_cache_dir or default_cache_dir(), fuse_stages
+        self._compile_pipelines()
+        self._next_epoch = 0
+        self._next_position = 0
+        self._active: weakref.ref[EpochIterator] | None = None
+        self._progress: _Progress | None = None  # the latest epoch's position, kept after its iterator is gone
+        self.fidelity: int | None = None
+
+    def _compile_pipelines(self) -> None:
+        """Plan the pipelines as their operations are now, allocate the slots for it, and compile it."""
+        self._fingerprint = _pipelines_fingerprint(self._pipelines)
+        outputs = resolve_pipelines(self.reader.fields, self._pipelines)
         columns = {field_name: metadata_column(self.reader, field_name) for _, field_name, _, _ in outputs}
-        self.plan: Plan = build_plan(outputs, kernel_cache_dir or default_cache_dir(), fuse_stages, columns)
+        self.plan: Plan = build_plan(outputs, self._kernel_cache_dir, self._fuse_stages, columns)
         self._columns = [self.reader.descriptors[name].payload_column for name in self.plan.field_names]
         self._metadata = [columns[name] for name in self.plan.field_names]
         self._kernel_arguments = {
@@ -153,16 +174,8 @@ class Loader:
         }
         self._slots = [self._new_buffers() for _ in range(self.num_slots)]
         self._unreferenced = max(_reference_counts(self._new_buffers()), default=0)
-        self._scratch = [Scratch() for _ in range(self.num_slots)]
-        self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
-            self.reader, self.num_slots, process_cache_pages, read_bandwidth)
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
                 [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
-        self._next_epoch = 0
-        self._next_position = 0
-        self._active: weakref.ref[EpochIterator] | None = None
-        self._progress: _Progress | None = None  # the latest epoch's position, kept after its iterator is gone
-        self.fidelity: int | None = None
 
     # ---- epochs -------------------------------------------------------------------------------------------
 
@@ -179,6 +192,8 @@ class Loader:
 
     def __iter__(self) -> EpochIterator:
         self._close_active(supersede=True)
+        if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
+            self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
         epoch, first = self._next_epoch, self._next_position
         self._next_epoch, self._next_position = epoch + 1, 0
         batches = self.epoch_batches(epoch)[first:]
@@ -195,11 +210,13 @@ class Loader:
         self._active = weakref.ref(iterator)
         return iterator
 
-    def _resolve_order(self, order: Any, quasi_random_window: int | None) -> Order:
+    def _resolve_order(self, order: Any, quasi_random_window: int | None, order_kwargs: Mapping[str, Any]) -> Order:
         if isinstance(order, Order):
+            if order_kwargs:
+                raise ValueError("order_kwargs apply to an order given as an OrderOption or a class, not an instance")
             return order
         if isinstance(order, type) and issubclass(order, TraversalOrder):
-            return TraversalOrderAdapter(order(self))  # FFCV's contract: the class, built with the loader
+            return TraversalOrderAdapter(order(self, **order_kwargs))  # FFCV's contract: built with the loader
         if isinstance(order, type) and issubclass(order, Order):
             cls = order
         else:
@@ -208,7 +225,20 @@ class Loader:
             except (KeyError, ValueError):
                 raise ValueError(f"order must be an OrderOption, an Order or a TraversalOrder class, got {order!r}") \
                     from None
-        return cls(window_pages=quasi_random_window) if cls in _WINDOWED_ORDERS else cls()
+        if cls in _WINDOWED_ORDERS:
+            order_kwargs = {"window_pages": quasi_random_window, **order_kwargs}
+        return cls(**order_kwargs)
+
+    def filter(self, field_name: str, condition: Callable[[Any], bool]) -> Loader:
+        """A new Loader, configured as this one (same seed), over the selected samples whose stored value of
+        ``field_name`` satisfies ``condition`` (FFCV's ``Loader.filter``); e.g. ``loader.filter("label",
+        lambda y: y < 5)``. Reads each selected sample's value of that field once."""
+        if field_name not in self.reader.fields:
+            raise PipelineError(f"filter: no field {field_name!r}; fields are {list(self.reader.fields)}")
+        field, column = self.reader.fields[field_name], self.reader.data_table[field_name]
+        kept = [int(i) for i in self.indices
+                if condition(field.to_python(column[i], self.reader.payload(int(i), field_name)))]
+        return Loader(**{**self._arguments, "indices": np.asarray(kept, dtype=np.int64), "seed": self.seed})
 
     def set_fidelity(self, scans: int | None) -> None:
         """Read only the first ``scans`` scans of progressive JPEGs from the next batch on (None: all of them).
@@ -351,6 +381,21 @@ class _Progress:
 
     def advance(self, position: int) -> None:
         self.position = position
+
+
+def _pipelines_fingerprint(pipelines: Mapping[str, Sequence[Any] | None] | None) -> tuple:
+    """What the user's pipelines hold now, to notice between epochs an operation changed in place (ffcv-imagenet
+    sets ``decoder.output_size`` before each epoch)."""
+    return tuple(
+        (name, None if operations is None else tuple((id(op), _operation_values(op)) for op in operations))
+        for name, operations in (pipelines or {}).items()
+    )
+
+
+def _operation_values(operation: Any) -> str:
+    if dataclasses.is_dataclass(operation):
+        return repr([getattr(operation, field.name) for field in dataclasses.fields(operation)])
+    return repr(sorted(vars(operation).items())) if hasattr(operation, "__dict__") else repr(operation)
 
 
 def _reference_counts(buffers: list[np.ndarray]) -> list[int]:
