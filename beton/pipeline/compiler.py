@@ -57,16 +57,21 @@ class Step:
 
     @property
     def kind(self) -> StageKind:
-        chosen = self.operation.stage_kind(self.input_state)
-        if chosen is not None:
-            return chosen
-        if isinstance(self.operation, JitOperation):
-            return "jit"
-        if isinstance(self.operation, SampleOperation):
-            return "sample"
-        if isinstance(self.operation, BatchOperation):
-            return "batch"
-        raise PipelineError(f"{self.operation!r} is not a JitOperation, SampleOperation or BatchOperation")
+        return stage_kind(self.operation, self.input_state)
+
+
+def stage_kind(operation: Operation, previous: State | SourceState) -> StageKind:
+    """How the operation runs on this input: its own choice, else by its class."""
+    chosen = operation.stage_kind(previous)
+    if chosen is not None:
+        return chosen
+    if isinstance(operation, JitOperation):
+        return "jit"
+    if isinstance(operation, SampleOperation):
+        return "sample"
+    if isinstance(operation, BatchOperation):
+        return "batch"
+    raise PipelineError(f"{operation!r} is not a JitOperation, SampleOperation or BatchOperation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +162,7 @@ def place_steps(
 
 def _buffer_for(operation: Operation, previous: Any, state: State, current: int | None,
                 buffers: list[BufferSpec]) -> int | None:
-    kind = operation.stage_kind(previous)
-    if kind == "batch" or (kind is None and isinstance(operation, BatchOperation)) or state.kind != "numpy":
+    if stage_kind(operation, previous) == "batch" or state.kind != "numpy":
         return None  # batch operations return their result; it is not preallocated
     if current is not None and operation.in_place(previous):
         return current

@@ -29,7 +29,7 @@ import torch
 from beton.errors import PipelineError
 from beton.pipeline.allocation_query import AllocationQuery
 from beton.pipeline.compiler import Compiler
-from beton.pipeline.operation import BatchContext, BatchOperation, State
+from beton.pipeline.operation import BatchContext, BatchOperation, State, torch_dtype
 from beton.pipeline.state import State as FFCVState
 
 __all__ = ["FFCVOperation", "follows_ffcv_contract"]
@@ -85,7 +85,7 @@ def _allocate(query: AllocationQuery | None, count: int) -> Any:
     shape = (count, *query.shape)
     if query.device is None:
         return np.empty(shape, np.dtype(query.dtype))
-    return torch.empty(shape, dtype=_torch_dtype(query.dtype), device=query.device)
+    return torch.empty(shape, dtype=torch_dtype(query.dtype), device=query.device)
 
 
 def _to_ffcv(state: State) -> FFCVState:
@@ -97,10 +97,6 @@ def _to_ffcv(state: State) -> FFCVState:
 def _from_ffcv(state: FFCVState) -> State:
     if state.jit_mode:
         return State(tuple(state.shape), np.dtype(state.dtype), kind="numpy")
-    return State(tuple(state.shape), _torch_dtype(state.dtype), kind="torch",
+    return State(tuple(state.shape), torch_dtype(state.dtype), kind="torch",
                  device=str(torch.device(state.device or "cpu")))
-
-
-def _torch_dtype(dtype: Any) -> torch.dtype:
-    return dtype if isinstance(dtype, torch.dtype) else torch.from_numpy(np.zeros(0, dtype)).dtype
 

@@ -111,6 +111,17 @@ class BatchContext:
         return np.random.default_rng([self.seed, self.epoch, self.batch, _purpose_number(purpose)])
 
 
+def torch_dtype(dtype: Any) -> Any:
+    """A torch dtype from a torch dtype, its name ("bfloat16") or anything numpy takes as a dtype."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
 def _purpose_number(purpose: str) -> int:
     return int.from_bytes(purpose.encode("utf-8")[:8].ljust(8, b"\0"), "little")
 
@@ -127,9 +138,6 @@ class Scratch:
             buffer = self._buffers[purpose] = np.empty(nbytes, np.uint8)
         return buffer[:nbytes]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(buffer.size for buffer in self._buffers.values())
 
 
 class Operation(abc.ABC):

@@ -16,7 +16,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.operation import BatchContext, JitOperation, State
+from beton.pipeline.operation import BatchContext, JitOperation, State, torch_dtype
 
 __all__ = ["NormalizeImage"]
 
@@ -65,9 +65,7 @@ class NormalizeImage(JitOperation):
         if previous.kind == "numpy":
             previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
             return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
-        import torch
-
-        return dataclasses.replace(previous, dtype=torch.from_numpy(np.zeros(0, self.dtype)).dtype)
+        return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
 
     def stage_kind(self, previous: Any) -> str | None:
         torch_input = isinstance(previous, State) and previous.kind == "torch"
@@ -86,7 +84,7 @@ class NormalizeImage(JitOperation):
             return (batch * scale + shift).astype(self.dtype)
         import torch
 
-        dtype = torch.from_numpy(np.zeros(0, self.dtype)).dtype
+        dtype = torch_dtype(self.dtype)
         channels_first = batch.shape[1] == len(self.mean)
         shape = (1, -1, 1, 1) if channels_first else (1, 1, 1, -1)
         mean = torch.tensor(self.mean, dtype=dtype, device=batch.device).view(shape)

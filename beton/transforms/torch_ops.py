@@ -9,18 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from beton.pipeline.operation import BatchContext, BatchOperation, State
+from beton.pipeline.operation import BatchContext, BatchOperation, State, torch_dtype
+
 
 __all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "View", "ToDevice", "ModuleWrapper"]
-
-
-def _torch_dtype(dtype: Any) -> torch.dtype:
-    """A torch dtype from a torch dtype, its name ("bfloat16") or a numpy dtype."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
-        return getattr(torch, dtype)
-    return torch.from_numpy(np.zeros(0, dtype)).dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +21,7 @@ class ToTensor(BatchOperation):
 
     def output_state(self, previous: State) -> State:
         previous.require(isinstance(previous, State) and previous.kind == "numpy", self, "a numpy batch")
-        return State(previous.shape, _torch_dtype(previous.dtype), kind="torch")
+        return State(previous.shape, torch_dtype(previous.dtype), kind="torch")
 
     def apply(self, batch: np.ndarray, context: BatchContext) -> torch.Tensor:
         return torch.from_numpy(batch)
@@ -100,10 +92,10 @@ class Convert(BatchOperation):
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
-        return dataclasses.replace(previous, dtype=_torch_dtype(self.dtype))
+        return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
 
     def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
-        return batch.to(_torch_dtype(self.dtype))
+        return batch.to(torch_dtype(self.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,14 +108,14 @@ class ViewAs(BatchOperation):
     def output_state(self, previous: State) -> State:
         previous.require(isinstance(previous, State) and previous.kind in ("numpy", "torch"), self,
                          "a numpy or torch batch")
-        target = np.dtype(self.dtype) if previous.kind == "numpy" else _torch_dtype(self.dtype)
+        target = np.dtype(self.dtype) if previous.kind == "numpy" else torch_dtype(self.dtype)
         previous.require(target.itemsize == previous.dtype.itemsize, self, f"a dtype of {target.itemsize} bytes")
         return dataclasses.replace(previous, dtype=target)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
         if isinstance(batch, np.ndarray):
             return batch.view(np.dtype(self.dtype))
-        target = _torch_dtype(self.dtype)
+        target = torch_dtype(self.dtype)
         return batch if batch.dtype == target else batch.view(target)
 
 
