@@ -77,10 +77,17 @@ def test_quasi_random_uses_each_page_in_one_contiguous_run_of_batches():
         assert batches.max() - batches.min() <= 4 * 25 // 50 + 1
 
 
-def test_orders_are_picked_from_the_mapping():
+def test_orders_are_picked_from_the_mapping(image_file, monkeypatch):
+    from beton import Loader
+
     assert set(ORDERS) == set(OrderOption)
     with pytest.raises(ValueError):
         QuasiRandomOrder(window_pages=0)
+    for option in OrderOption:
+        marker = type(f"Marked{option.name}", (RandomOrder,), {"__init__": lambda self, **kwargs: None})
+        monkeypatch.setitem(ORDERS, option, marker)
+        with Loader(image_file, batch_size=8, num_workers=1, order=option) as loader:
+            assert type(loader.order) is marker, option
 
 
 def test_ffcv_style_traversal_orders_and_order_classes(image_file):

@@ -125,8 +125,19 @@ def test_a_forged_payload_size_is_an_error_not_an_overflow(image_file, tmp_path)
         assert "sample 5" in "\n".join(caught.value.__notes__)
 
 
-def test_the_threading_layer_is_chosen_explicitly(image_file):
-    import numba
+@pytest.mark.parametrize(("environment", "expected"), [(None, "threadsafe"), ("omp", "omp")])
+def test_the_threading_layer_is_chosen_explicitly(image_file, environment, expected):
+    """In a fresh process (the layer is process-wide state): the Loader picks "threadsafe" unless the user chose."""
+    import os
+    import subprocess
+    import sys
 
-    with Loader(image_file, batch_size=8, num_workers=1):
-        assert numba.config.THREADING_LAYER != "default"
+    script = (f"import numba, beton\nbefore = numba.config.THREADING_LAYER\n"
+              f"beton.Loader({str(image_file)!r}, batch_size=8, num_workers=1).close()\n"
+              f"print(before, numba.config.THREADING_LAYER)")
+    env = {key: value for key, value in os.environ.items() if key != "NUMBA_THREADING_LAYER"}
+    if environment:
+        env["NUMBA_THREADING_LAYER"] = environment
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [environment or "default", expected]

@@ -267,11 +267,31 @@ def test_image_operations_refuse_labels(tile_file, operation):
         Loader(tile_file, batch_size=4, pipelines={"label": [IntDecoder(), operation]})
 
 
-def test_to_device_on_a_machine_without_cuda_does_not_pin(tile_file):
+def test_to_device_pins_and_copies_asynchronously_only_where_cuda_is(tile_file, monkeypatch):
     from beton.transforms import ToDevice
 
     for images, labels, _ in run(tile_file, [ToTensor(), ToDevice("cpu")]):
         assert images.device.type == "cpu" and not images.is_pinned()
+
+    class RecordingBatch:  # stands in for a CPU tensor: records what ToDevice asks of it
+        device = torch.device("cpu")
+
+        def __init__(self):
+            self.calls = []
+
+        def pin_memory(self):
+            self.calls.append("pin")
+            return self
+
+        def to(self, device, non_blocking=False):
+            self.calls.append((str(device), non_blocking))
+            return self
+
+    for cuda, expected in ((True, ["pin", ("cuda", True)]), (False, [("cuda", False)])):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        batch = RecordingBatch()
+        ToDevice("cuda").apply(batch, None)
+        assert batch.calls == expected
 
 
 # ---- FFCV's transforms ---------------------------------------------------------------------------------------
