@@ -7,6 +7,7 @@ import importlib.util
 import math
 import os
 import threading
+from typing import Any
 from collections.abc import Iterable
 
 import cv2
@@ -49,13 +50,13 @@ class ImageTask:
 
 
 def beton_images(path: str, task: ImageTask, os_cache: bool = True,
-                 order: OrderOption = OrderOption.RANDOM) -> Loader:
+                 order: OrderOption = OrderOption.RANDOM, **options: Any) -> Loader:
     decoder = RandomResizedCropRGBImageDecoder((task.size, task.size)) if task.train \
         else CenterCropRGBImageDecoder((task.size, task.size), ratio=224 / 256)
     image = [decoder, RandomHorizontalFlip(), ToTensor(), ToTorchImage()] if task.train \
         else [decoder, ToTensor(), ToTorchImage()]
     return Loader(path, batch_size=task.batch_size, num_workers=WORKERS, order=order, seed=0, os_cache=os_cache,
-                  pipelines={"image": image, "label": [IntDecoder(), ToTensor()]})
+                  pipelines={"image": image, "label": [IntDecoder(), ToTensor()]}, **options)
 
 
 def write_beton_images(jpegs: list[bytes], path: str) -> str:
@@ -253,8 +254,8 @@ def write_beton_raw(images: np.ndarray, labels: np.ndarray, path: str) -> str:
     return path
 
 
-def beton_raw(path: str, batch_size: int) -> Loader:
-    return Loader(path, batch_size=batch_size, num_workers=WORKERS, order=OrderOption.RANDOM, seed=0)
+def beton_raw(path: str, batch_size: int, **options: Any) -> Loader:
+    return Loader(path, batch_size=batch_size, num_workers=WORKERS, order=OrderOption.RANDOM, seed=0, **options)
 
 
 class _MemmapImages(torch.utils.data.Dataset):
