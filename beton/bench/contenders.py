@@ -7,8 +7,8 @@ import importlib.util
 import math
 import os
 import threading
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 import cv2
 import numpy as np
