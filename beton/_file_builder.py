@@ -3,7 +3,11 @@
 :class:`FileBuilder` receives encoded chunks in sample order, packs payloads into pages (see
 :class:`HeapPacker`), and on :meth:`FileBuilder.commit` writes the tables and the header into a temporary file
 that it renames onto the target. :meth:`FileBuilder.abort` deletes the temporary file, so nothing
-half-written ever appears under the target name and an existing file there is left untouched.
+half-written ever appears under the target name and an existing file there is left untouched; it removes the
+file first and never flushes, so a full disk (whose every write fails) cannot keep it from being removed.
+
+The temporary file is created with mode 0666 minus the umask, as ``open()`` creates files (``mkstemp`` would
+give 0600 whatever the umask, and the renamed dataset would be unreadable to other users and containers).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
+import secrets
 import zlib
 from typing import BinaryIO
 
@@ -23,6 +27,7 @@ from beton.errors import WriterError
 
 _TABLE_ALIGNMENT = 64
 _WRITE_BUFFER = 1 << 20
+_TEMPORARY_NAME_ATTEMPTS = 100  # as tempfile's: names are random, a clash is a stale file or a concurrent writer
 
 
 class HeapPacker:
@@ -137,10 +142,7 @@ class FileBuilder:
         self._spec = spec
         self._page_size = page_size
         self._payload_fields = spec.payload_fields
-        directory = os.path.dirname(os.path.abspath(spec.path))
-        handle, self._temp_path = tempfile.mkstemp(
-            prefix=os.path.basename(spec.path) + ".tmp-", dir=directory
-        )
+        handle, self._temp_path = create_temporary(spec.path)
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
         self._file.write(bytes(fmt.HEAP_OFFSET))  # the header is written last, over these zeros
         self._heap = HeapPacker(self._file, page_size)
@@ -220,11 +222,17 @@ class FileBuilder:
         os.replace(self._temp_path, self._spec.path)
 
     def abort(self) -> None:
-        self._file.close()
+        """Remove the temporary file; never raises for the file's own I/O errors (the error that made the
+        write fail is the one to report)."""
         try:
-            os.unlink(self._temp_path)
+            os.unlink(self._temp_path)  # first: an open file can be unlinked, and its space is freed on close
         except FileNotFoundError:
             pass
+        finally:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # close() flushes the buffer, which fails again on a full disk; the data is discarded anyway
 
     def _fill_header(self, header: np.ndarray, num_pages: int) -> None:
         header["magic"] = fmt.MAGIC
@@ -237,6 +245,20 @@ class FileBuilder:
         header["heap_offset"] = fmt.HEAP_OFFSET
         header["heap_size"] = self._heap.size
         header["num_pages"] = num_pages
+
+
+def create_temporary(path: str) -> tuple[int, str]:
+    """Create a new, empty file next to ``path`` (so the final rename stays on one file system) and open it
+    for writing; return its descriptor and name. Its mode is 0666 minus the umask, as for ``open(path, "w")``.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    for _ in range(_TEMPORARY_NAME_ATTEMPTS):
+        temporary = os.path.join(directory, f"{name}.tmp-{secrets.token_hex(4)}")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name next to {path} after {_TEMPORARY_NAME_ATTEMPTS} attempts")
 
 
 def header_bytes(header: np.ndarray) -> bytes:

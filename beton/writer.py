@@ -6,16 +6,27 @@ are stored in dataset order and the file is byte-identical whatever ``num_worker
 
 Failure behaviour: a sample that cannot be encoded raises :class:`~beton.errors.EncodeError` naming the sample
 and field; a dataset that raises gives :class:`~beton.errors.DatasetError` with the sample index; a worker
-process that dies gives :class:`~beton.errors.WriterError` instead of a hang. In every case the temporary file
-is deleted and the target path is left as it was.
+process that dies, or a write to the file that fails (a full disk), gives :class:`~beton.errors.WriterError`
+instead of a hang or a bare ``OSError``. In every case the temporary file is deleted and the target path is
+left as it was.
+
+SIGTERM (the usual "please stop" of job schedulers) is handled like Ctrl-C while a write runs in the main
+thread: the worker processes are stopped, the temporary file is deleted, and then the signal is raised again
+with its previous handler, so the process still ends as the sender asked. This applies only while SIGTERM
+has its default action (which would kill the process without any of that cleanup); a handler of the
+program's own, or SIG_IGN, is left alone.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import itertools
 import multiprocessing
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -40,7 +51,8 @@ class DatasetWriter:
     """Writes samples into a .beton file.
 
     Args:
-        path: the file to create; replaced atomically when writing succeeds, untouched when it fails.
+        path: the file to create; replaced atomically when writing succeeds, untouched when it fails. Its mode
+            is 0666 minus the umask, as ``open()`` gives a new file.
         fields: field name -> :class:`~beton.fields.Field`, in the order of each sample's tuple.
         num_workers: encoding processes; -1 uses every usable core, 0 or 1 encodes in this process.
         page_size: heap page size in bytes, a power of two of at least 256 (default 8 MiB).
@@ -105,20 +117,27 @@ class DatasetWriter:
         self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
 
     def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> None:
-        builder = FileBuilder(self._spec, self.page_size)
-        encoded = self._encoded_chunks(chunks, dataset)
-        bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
-        try:
-            for chunk in encoded:
-                builder.add(chunk)
-                bar.update(len(chunk.rows))
-            builder.commit()
-        except BaseException:
-            builder.abort()
-            raise
-        finally:
-            encoded.close()  # stops and joins the worker processes now, also when an error is propagating
-            bar.close()
+        with _sigterm_cleans_up():
+            try:
+                builder = FileBuilder(self._spec, self.page_size)
+            except OSError as error:
+                raise _io_error(self.path, error) from error
+            encoded = self._encoded_chunks(chunks, dataset)
+            bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
+            try:
+                for chunk in encoded:
+                    builder.add(chunk)
+                    bar.update(len(chunk.rows))
+                builder.commit()
+            except OSError as error:  # the dataset's and the fields' own errors arrive wrapped, not as OSError
+                builder.abort()
+                raise _io_error(self.path, error) from error
+            except BaseException:
+                builder.abort()
+                raise
+            finally:
+                encoded.close()  # stops and joins the worker processes now, also when an error is propagating
+                bar.close()
 
     def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
         if self.num_workers <= 1:
@@ -144,6 +163,51 @@ class DatasetWriter:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _io_error(path: str, error: OSError) -> WriterError:
+    wrapped = WriterError(f"writing failed: {error.strerror or error}"
+                          + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else ""))
+    wrapped.path = path
+    return wrapped
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a dataset
+    does not stop it), then the signal is raised again."""
+
+
+@contextlib.contextmanager
+def _sigterm_cleans_up() -> Iterator[None]:
+    """While the block runs, SIGTERM unwinds it (running every cleanup) instead of killing the process at
+    once; afterwards the previous handler is back and the signal is raised again (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+    received = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker before its initializer ran: die as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        elif not received:  # a second SIGTERM must not interrupt the cleanup the first one started
+            received.append(signum)
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except _Terminated:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if received:  # also when the cleanup raised something else: the sender asked for the process to end
+            signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
+
+
 def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:
     try:
         return future.result()
@@ -163,6 +227,9 @@ _worker_inputs: dict[str, Any] = {}
 
 
 def _init_worker(spec: EncodeSpec, dataset: Any) -> None:
+    # A forked worker inherits the parent's SIGTERM handler, which belongs to the parent's write: a worker sent
+    # SIGTERM dies at once, as it did before (the parent then reports a dead worker).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _worker_inputs["spec"] = spec
     _worker_inputs["dataset"] = dataset
 

@@ -195,12 +195,12 @@ class Loader:
         if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
         epoch, first = self._next_epoch, self._next_position
-        self._next_epoch, self._next_position = epoch + 1, 0
         batches = self.epoch_batches(epoch)[first:]
+        self.memory.start_epoch(batches, self._columns, self._scan_limits())  # may raise: the file changed
+        self._next_epoch, self._next_position = epoch + 1, 0
         progress = self._progress = _Progress(epoch, first, first + len(batches))
         keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
                 for stage in self.plan.stages for s in stage.steps}
-        self.memory.start_epoch(batches, self._columns, self._scan_limits())
         iterator = EpochIterator(
             batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
             num_slots=self.num_slots,
@@ -483,7 +483,8 @@ def _shuffles(order: Any) -> bool:
 
 
 def _image_modes(reader: Reader) -> dict[str, np.ndarray]:
-    return {name: np.asarray(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
+    # copies: the orders read them every epoch, and the memory layer never reads the file's map after opening
+    return {name: np.array(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
             if isinstance(field, RGBImageField)}
 
 

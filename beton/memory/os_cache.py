@@ -2,28 +2,111 @@
 
 The fastest choice when the dataset fits in RAM, or is read several times, since nothing is copied before the
 decoders. Counters report the payload bytes the loader asked for (the OS does the actual reading).
+
+A file changed under a running Loader
+-------------------------------------
+Reading a memory map past the end of a file that has since been truncated kills the process with SIGBUS, so
+the memory layer touches the Reader's map only while the Loader is built: tables and metadata columns are
+copied then, and payloads are read from a map of the cache's own descriptor (:class:`OpenedFile`). Its size
+and modification time are checked before every batch, and the path's identity when an epoch starts, so a
+file truncated, rewritten or replaced raises :class:`~beton.errors.FormatError` naming the file in the
+training loop. What remains: a truncation after a batch's check and before its decoders have read its
+payloads still raises SIGBUS (see "Memory" in docs/loader.md). A file replaced by a rename keeps being read
+from the file the Loader opened until the next epoch starts, which raises.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 import threading
 from collections.abc import Mapping
 
 import numpy as np
 
+from beton import format as fmt
+from beton.errors import BetonError, FormatError, LoaderError
 from beton.fields.rgb_image import scan_bytes
 from beton.pipeline.operation import Source
 from beton.reader import Reader
 
-__all__ = ["OSCache", "metadata_column"]
+__all__ = ["OSCache", "OpenedFile", "allocation_columns", "metadata_column"]
 
 
 def metadata_column(reader: Reader, field_name: str) -> np.ndarray:
-    """A contiguous copy of one field's data-table column (numba wants contiguous arrays)."""
+    """A contiguous copy of one field's data-table column (numba wants contiguous arrays; a copy, never a view
+    of the memory map, even where the column is already contiguous: see the module docstring)."""
     column = reader.data_table[field_name]
     if column.dtype.itemsize == 0:
         return np.zeros(0, np.uint8)  # payload-only fields: numba cannot type zero-size records
-    return np.ascontiguousarray(column)
+    return np.array(column, order="C", copy=True)
+
+
+def allocation_columns(reader: Reader) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per payload column, contiguous int64 copies of the payloads' offsets and sizes: a batch then needs two
+    takes, not a structured gather, and never reads the Reader's memory map."""
+    table = reader.allocation_table
+    offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
+    sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
+    return offsets, sizes
+
+
+class OpenedFile:
+    """The Loader's file, opened once, with checks that it is still the file that was opened and validated.
+
+    ``check()`` (an ``fstat`` of the open descriptor: per batch) raises when the file's size or modification
+    time changed; ``check_path()`` (a ``stat`` of the path: per epoch) also raises when the path names another
+    file (replaced by a rename, or removed). Modification time counts because rewriting a file in place
+    (``cp``, ``open(path, "wb")``) can leave its size as it was; touching the file therefore raises too.
+    """
+
+    def __init__(self, reader: Reader) -> None:
+        self.path = reader.path
+        self.fd = os.open(reader.path, os.O_RDONLY)
+        status = os.fstat(self.fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self.size, self._mtime = status.st_size, status.st_mtime_ns
+        # The path is opened again, so it may name another file than the one the Reader validated: the size
+        # and the header (which holds every table's CRC32) must be those the Reader checked.
+        opened = reader.file_map
+        if self.size != len(opened) or os.pread(self.fd, fmt.HEADER_SIZE, 0) != bytes(opened[: fmt.HEADER_SIZE]):
+            self.close()
+            raise self._error("the file changed between opening it and starting to read it")
+
+    def check(self) -> None:
+        if self.fd < 0:
+            raise self._error("the Loader was closed", LoaderError)
+        status = os.fstat(self.fd)
+        if status.st_size != self.size:
+            raise self._error(f"the file changed while it was being read: it is now {status.st_size} bytes, it "
+                              f"had {self.size} when the Loader opened it (truncated or rewritten)")
+        if status.st_mtime_ns != self._mtime:
+            raise self._error("the file was modified (its modification time changed) while it was being read")
+
+    def check_path(self) -> None:
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            raise self._error("the file was removed while it was being read") from None
+        if (status.st_dev, status.st_ino) != self._identity:
+            raise self._error("the path names another file than the one the Loader opened (replaced while it "
+                              "was being read): every batch so far came from the opened file; make a new Loader "
+                              "to read the new one")
+        self.check()
+
+    def short_read(self, what: str, read: int, wanted: int) -> BetonError:
+        """The error for a read that returned fewer bytes than the file had when opened."""
+        return self._error(f"short read of {what}: {read} of {wanted} bytes (the file was truncated?)")
+
+    def _error(self, message: str, kind: type[BetonError] = FormatError) -> BetonError:
+        error = kind(message)
+        error.path = self.path
+        return error
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class MemoryCounters:
@@ -55,13 +138,14 @@ class OSCache:
 
     def __init__(self, reader: Reader, readahead: bool = True) -> None:
         self._reader = reader
-        if not readahead:
-            reader.advise_random_access()
-        self._memory = reader.file_map  # read-only: the same numba type as the process cache's staging views
-        # Contiguous int64 columns, made once: a batch then needs only two takes, not a structured gather.
-        table = reader.allocation_table
-        self._offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
-        self._sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
+        self._file = OpenedFile(reader)
+        # The map of the descriptor that check() watches, so both are the same file; it ends where the file
+        # ended when opened, and the Reader checked every payload against that size.
+        mapping = mmap.mmap(self._file.fd, 0, access=mmap.ACCESS_READ)
+        if not readahead and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            mapping.madvise(mmap.MADV_RANDOM)
+        self._memory = np.frombuffer(mapping, np.uint8)  # read-only: the numba type of the process cache's views
+        self._offsets, self._sizes = allocation_columns(reader)
         self.counters = MemoryCounters()
         self._scan_limits: dict[int, int | None] = {}
 
@@ -69,6 +153,7 @@ class OSCache:
                     scan_limits: Mapping[int, int | None] | None = None) -> None:
         """``scan_limits``: per payload column of scan-grouped images, the scans the decoders read (None: all),
         so that the counters count those scans' bytes rather than each image's allocation span."""
+        self._file.check_path()
         self.counters = MemoryCounters()
         self._scan_limits = dict(scan_limits or {})
 
@@ -79,6 +164,7 @@ class OSCache:
     def source(self, metadata: np.ndarray, column: int, samples: np.ndarray, batch: int, slot: int) -> Source:
         if column < 0:
             return self.empty_source(metadata, column)
+        self._file.check()  # the batch's decoders read the map next: the file must not have shrunk
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
         if column in self._scan_limits:
@@ -91,4 +177,4 @@ class OSCache:
         pass
 
     def close(self) -> None:
-        pass
+        self._file.close()  # the map stays valid until the last array viewing it is collected

@@ -23,6 +23,13 @@ fidelity reads fewer bytes from storage, as in PCR.
 ``read_bandwidth`` paces the reader thread: after each page it sleeps until the bytes read this epoch are no
 more than the rate allows, so storage never sees more than that rate on average (a page may burst).
 
+A file changed under the cache: reads use ``preadv`` on the descriptor of an :class:`OpenedFile` (whose
+size and modification time are checked before every batch, and the path's identity when an epoch starts), a
+short read is an error (never zeros), and the Reader's memory map is not touched after construction (the
+allocation columns, and the metadata of scan-grouped images, are copied). So a truncated, rewritten or
+replaced file raises :class:`~beton.errors.FormatError` naming the file and never kills the process; pages
+already read before the change are copies and stay valid.
+
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the staging buffers (one batch of payloads per
 slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive batches need
 (less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one contiguous
@@ -41,7 +48,7 @@ import numpy as np
 
 from beton.errors import CorruptDataError
 from beton.fields.rgb_image import EOI, scan_bytes, scans_read
-from beton.memory.os_cache import MemoryCounters
+from beton.memory.os_cache import MemoryCounters, OpenedFile, allocation_columns, metadata_column
 from beton.pipeline.operation import Source
 from beton.reader import Reader
 
@@ -57,7 +64,9 @@ class ProcessCache:
         self._page_need: np.ndarray | None = None
         self._num_slots = num_slots
         self._requested_budget = budget_pages
-        self._fd = os.open(reader.path, os.O_RDONLY)
+        self._file = OpenedFile(reader)
+        self._offsets, self._sizes = allocation_columns(reader)
+        self._scan_metadata: dict[int, np.ndarray] = {}
         self._condition = threading.Condition()
         self._staging: dict[tuple[int, int], np.ndarray] = {}
         self._thread: threading.Thread | None = None
@@ -72,6 +81,7 @@ class ProcessCache:
                     scan_limits: Mapping[int, int | None] | None = None) -> None:
         """``scan_limits``: per payload column of scan-grouped images, the scans to read (None: all)."""
         self._stop_reader()
+        self._file.check_path()
         self._scan_limits = dict(scan_limits or {})
         self._page_need = self._bytes_needed_per_page(columns) if self._scan_limits else None
         self._reset([self._pages_of(samples, columns) for samples in batches])
@@ -97,9 +107,8 @@ class ProcessCache:
         used = [c for c in columns if c >= 0]
         if not used or not len(samples):
             return np.zeros(0, np.int64)
-        allocation = reader.allocation_table[samples][:, used]
-        starts = (allocation["offset"].astype(np.int64) - reader.heap_offset).ravel()
-        sizes = allocation["size"].astype(np.int64).ravel()
+        starts = np.concatenate([self._offsets[c].take(samples) for c in used]) - reader.heap_offset
+        sizes = np.concatenate([self._sizes[c].take(samples) for c in used])
         starts, sizes = starts[sizes > 0], sizes[sizes > 0]
         first, last = starts // reader.page_size, (starts + sizes - 1) // reader.page_size
         spans = [np.arange(a, b + 1) for a, b in zip(first[first != last], last[first != last])]
@@ -110,9 +119,8 @@ class ProcessCache:
         reader, page_size = self._reader, self._reader.page_size
         need = np.zeros(reader.num_pages, np.int64)
         for column in sorted({c for c in columns if c >= 0}):
-            allocation = reader.allocation_table[:, column]
-            starts = allocation["offset"].astype(np.int64) - reader.heap_offset
-            extents = allocation["size"].astype(np.int64)
+            starts = self._offsets[column] - reader.heap_offset
+            extents = self._sizes[column]
             if column in self._scan_limits:
                 extents = _scan_extents(self._metadata_of(column), self._scan_limits[column])
             starts, ends = starts[extents > 0], starts[extents > 0] + extents[extents > 0]
@@ -123,8 +131,11 @@ class ProcessCache:
         return need
 
     def _metadata_of(self, column: int) -> np.ndarray:
-        name = next(n for n, d in self._reader.descriptors.items() if d.payload_column == column)
-        return self._reader.data_table[name]
+        """A copy, made once: the Reader's memory map is not read after construction (see the module docstring)."""
+        if column not in self._scan_metadata:
+            name = next(n for n, d in self._reader.descriptors.items() if d.payload_column == column)
+            self._scan_metadata[column] = metadata_column(self._reader, name)
+        return self._scan_metadata[column]
 
     # ---- the reader thread --------------------------------------------------------------------------------
 
@@ -172,9 +183,9 @@ class ProcessCache:
         if self._page_need is not None:
             end = start + min(end - start, int(self._page_need[page]))
         buffer = np.empty(end - start, np.uint8)
-        read = os.preadv(self._fd, [buffer], start)
-        if read != len(buffer):
-            raise OSError(f"{self._reader.path}: short read of page {page}: {read} of {len(buffer)} bytes")
+        read = os.preadv(self._file.fd, [buffer], start)
+        if read != len(buffer):  # the file shrank since it was opened: the rest of the buffer is not the page
+            raise self._file.short_read(f"page {page}", read, len(buffer))
         self.counters.add(1, len(buffer))
         self._pace.after_reading(len(buffer))
         return buffer
@@ -191,10 +202,10 @@ class ProcessCache:
         if column < 0:
             return self.empty_source(metadata, column)
         self._wait_ready(batch)
+        self._file.check()  # after the wait: every page of the batch was read before a check that passed
         reader = self._reader
-        allocation = reader.allocation_table[samples, column]
-        offsets = allocation["offset"].astype(np.int64)
-        sizes = allocation["size"].astype(np.int64)
+        offsets = self._offsets[column].take(samples)
+        sizes = self._sizes[column].take(samples)
         with self._condition:
             pages = dict(self._resident)  # pinned pages cannot be dropped until batch_done
         if column in self._scan_limits:
@@ -282,9 +293,7 @@ class ProcessCache:
 
     def close(self) -> None:
         self._stop_reader()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
 
 def _read_only_source(metadata: np.ndarray, staging: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
