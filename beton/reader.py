@@ -4,25 +4,34 @@ Validation happens once, on open, with vectorised numpy checks (a million sample
 second), so that compiled code reading payloads later can trust every (offset, size) in the allocation table:
 each one lies inside the heap, which lies inside the file. Page contents are checked by :func:`verify`, which
 reads the whole file.
+
+Files are untrusted input, and checksums do not make them trustworthy (whoever edits a file can recompute them).
+So every count and record is checked against the file before it is used, and what opening and reading cost is
+bounded by the file's size: counts against the tables that hold them; field-table strings against the table
+(each distinct string decoded and parsed once, so records sharing a string cannot multiply the work); JSON
+nesting (:mod:`beton._json`); metadata dtypes against plain little-endian numbers; and every field's records
+against what the field can read (:meth:`~beton.fields.Field.check_records`: image modes, channels, sizes, the
+pixel cap, scan tables, lossless sizes), vectorised over the whole data table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from importlib import metadata as importlib_metadata
+from typing import Any, Literal
 
 import numpy as np
 
-from beton import ffcv_format
+from beton import _json, ffcv_format
 from beton import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
-from beton.fields.registry import resolve_field_class, unregistered_reason
+from beton.fields.registry import ENTRY_POINT_GROUP, registered_fields, resolve_field_class, unregistered_reason
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
 
@@ -57,12 +66,20 @@ class Reader:
 
     ``reader[i]`` decodes sample i into a tuple of Python values (for inspection and tests; the Loader is the
     fast path). Use as a context manager or call :meth:`close` to release the memory map.
+
+    ``max_image_pixels`` caps the decoded size (height x width) of every image record, checked on open: a file
+    claiming more is refused before anything is allocated. The default, "environment", takes
+    ``$BETON_MAX_IMAGE_PIXELS`` (a number, or "none") and otherwise :data:`beton.format.DEFAULT_MAX_IMAGE_PIXELS`;
+    None lifts the cap, for files you trust.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None
+        self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
+        max_image_pixels: int | None | Literal["environment"] = "environment",
     ) -> None:
         self.path = os.fspath(path)
+        self.max_image_pixels = (fmt.max_image_pixels_from_environment() if max_image_pixels == "environment"
+                                 else max_image_pixels)
         with error_context(path=self.path):
             self._open(custom_fields)
 
@@ -72,10 +89,18 @@ class Reader:
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage
-        if bytes(self._map[: len(fmt.MAGIC)]) != fmt.MAGIC and ffcv_format.looks_like_ffcv(self._map):
-            self._open_ffcv()
-        else:
+        if bytes(self._map[: len(fmt.MAGIC)]) == fmt.MAGIC:
             self._open_beton(custom_fields)
+            return
+        # FFCV files have no magic number: only a consistent structure tells them from other files
+        problem = ffcv_format.structure_problem(self._map)
+        if problem is None:
+            self._open_ffcv()
+        elif bytes(self._map[:2]) == ffcv_format.VERSION_BYTES:
+            raise FormatError(f"not a beton or FFCV file: it starts like an FFCV v{ffcv_format.FFCV_VERSION} file, "
+                              f"but {problem}")
+        else:
+            _read_header(self._map)  # raises: not a beton file
 
     def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         self.format = f"beton v{fmt.FORMAT_VERSION}"
@@ -90,13 +115,11 @@ class Reader:
         _check_gaps_are_zero(self._map, self.header)
         tables = {name: self._table_bytes(name) for name in TABLE_NAMES}
         self.descriptors = {d.name: d for d in _parse_field_table(tables["field_table"], self.header)}
-        self.fields = {
-            name: _instantiate_field(descriptor, custom_fields) for name, descriptor in self.descriptors.items()
-        }
-        self.data_table = _typed_table(
-            tables["data_table"], self._data_dtype(), (self.num_samples,), "data_table"
-        )
+        self.fields = _instantiate_fields(self.descriptors, custom_fields)
         num_columns = int(self.header["num_payload_fields"])
+        data_dtype = self._data_dtype()
+        _check_sample_count(self.num_samples, data_dtype.itemsize, num_columns, len(self._map))
+        self.data_table = _typed_table(tables["data_table"], data_dtype, (self.num_samples,), "data_table")
         self.allocation_table = _typed_table(
             tables["allocation_table"], fmt.ALLOCATION_DTYPE, (self.num_samples, num_columns), "allocation_table"
         )
@@ -104,6 +127,7 @@ class Reader:
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
         _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        self._check_records()
 
     def _open_ffcv(self) -> None:
         """A file written by FFCV (format version 2): read-only, no checksums to check."""
@@ -124,6 +148,25 @@ class Reader:
         self.data_table, self.allocation_table = tables.data_table, tables.allocation_table
         self.page_checksums = np.zeros(0, fmt.PAGE_CHECKSUM_DTYPE)
         _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        self._check_records()
+
+    def _payload_sizes(self, name: str) -> np.ndarray | None:
+        column = self.descriptors[name].payload_column
+        return None if column == fmt.NO_PAYLOAD else self.allocation_table[:, column]["size"]
+
+    def _check_records(self) -> None:
+        """Every field's stored records against what it can read (vectorised, once, on open)."""
+        limits = fmt.ReadLimits(self.max_image_pixels, max_payload_bytes=len(self._map))
+        for name, field in self.fields.items():
+            with error_context(field=name):
+                field.check_records(self.data_table[name], self._payload_sizes(name), limits)
+
+    def check_payloads(self) -> None:
+        """The checks of stored records that opening leaves to decoders (each payload's size against its
+        field's shape), over the whole file: for :func:`beton.verify`."""
+        for name, field in self.fields.items():
+            with error_context(field=name):
+                field.check_payloads(self.data_table[name], self._payload_sizes(name))
 
     def _table_bytes(self, name: str) -> np.ndarray:
         ref = self.header[name]
@@ -134,7 +177,10 @@ class Reader:
         return blob
 
     def _data_dtype(self) -> np.dtype:
-        return np.dtype([(d.name, d.metadata_dtype) for d in self.descriptors.values()])
+        try:
+            return np.dtype([(d.name, d.metadata_dtype) for d in self.descriptors.values()])
+        except (TypeError, ValueError) as error:
+            raise FormatError(f"the fields' metadata dtypes do not form a data table record: {error}") from None
 
     @property
     def field_names(self) -> list[str]:
@@ -267,37 +313,90 @@ def _check_gaps_are_zero(file_map: np.ndarray, header: np.void) -> None:
         previous_end = end
 
 
+_STRING_PARTS = ("type_name", "name", "arguments", "metadata_dtype")
+
+
 def _parse_field_table(blob: np.ndarray, header: np.void) -> list[FieldDescriptor]:
-    num_fields = int(header["num_fields"])
+    num_fields, num_payload_fields = int(header["num_fields"]), int(header["num_payload_fields"])
     records_size = num_fields * fmt.FIELD_RECORD_DTYPE.itemsize
     if records_size > len(blob):
         raise FormatError(f"field table is {len(blob)} bytes, too small for {num_fields} field records")
+    if num_payload_fields > num_fields:
+        raise FormatError(f"header says {num_payload_fields} payload fields but only {num_fields} fields")
     records = np.frombuffer(blob[:records_size].tobytes(), fmt.FIELD_RECORD_DTYPE)
-    strings = blob[records_size:].tobytes()
+    strings = _StringArea(blob[records_size:].tobytes(), records)
     descriptors = [_parse_field_record(record, strings, index) for index, record in enumerate(records)]
-    _check_descriptors(descriptors, int(header["num_payload_fields"]))
+    _check_descriptors(descriptors, num_payload_fields)
     return descriptors
 
 
-def _parse_field_record(record: np.void, strings: bytes, index: int) -> FieldDescriptor:
-    def text(part: str) -> str:
-        offset, size = int(record[part]["offset"]), int(record[part]["size"])
-        if offset + size > len(strings):
-            raise FormatError(f"field record {index}: {part} string lies outside the field table")
-        try:
-            return strings[offset : offset + size].decode("utf-8")
-        except UnicodeDecodeError:
-            raise FormatError(f"field record {index}: {part} is not valid UTF-8") from None
+class _StringArea:
+    """The field table's strings, checked against the area all at once, each distinct one decoded and parsed
+    once: records may share a string, and sharing must not multiply the memory and time spent on it."""
 
-    name = text("name")
+    def __init__(self, data: bytes, records: np.ndarray) -> None:
+        self._data = data
+        self._parsed: dict[tuple[str, int, int], Any] = {}
+        refs = np.stack([records[part] for part in _STRING_PARTS])  # (part, record)
+        offsets, sizes = refs["offset"].astype(np.uint64), refs["size"].astype(np.uint64)
+        outside = offsets + sizes > len(data)  # u4 + u4: no overflow in u8
+        if outside.any():
+            part, index = (int(i) for i in np.argwhere(outside)[0])
+            raise FormatError(f"field record {index}: {_STRING_PARTS[part]} string lies outside the field table")
+        distinct = np.unique(np.stack([offsets.ravel(), sizes.ravel()], axis=1), axis=0)
+        total = int(distinct[:, 1].sum())
+        if total > len(data):
+            raise FormatError(f"field records refer to {total} bytes of distinct strings that overlap, more than "
+                              f"the {len(data)}-byte string area holds")
+
+    def text(self, record: np.void, part: str, index: int) -> str:
+        return self._cached("text", record[part], lambda raw: _utf8(raw, part, index))
+
+    def dtype(self, record: np.void, index: int) -> np.dtype:
+        return self._cached("dtype", record["metadata_dtype"],
+                            lambda raw: _metadata_dtype(_utf8(raw, "metadata_dtype", index)))
+
+    def json(self, record: np.void, part: str, index: int) -> Any:
+        """Parsed JSON, shared by the records that share the string (read it, do not change it)."""
+        return self._cached("json", record[part], lambda raw: _json.loads(_utf8(raw, part, index)))
+
+    def _cached(self, kind: str, ref: np.void, parse: Any) -> Any:
+        offset, size = int(ref["offset"]), int(ref["size"])
+        key = (kind, offset, size)
+        if key not in self._parsed:
+            self._parsed[key] = parse(self._data[offset : offset + size])
+        return self._parsed[key]
+
+
+def _utf8(raw: bytes, part: str, index: int) -> str:
     try:
-        arguments = json.loads(text("arguments"))
-        metadata_dtype = fmt.dtype_from_json(text("metadata_dtype"))
-    except (ValueError, TypeError) as error:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"field record {index}: {part} is not valid UTF-8") from None
+
+
+def _metadata_dtype(text: str) -> np.dtype:
+    try:  # numpy parses the description: anything it raises on a hostile one is a bad file
+        dtype = fmt.dtype_from_json(text)
+    except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as error:
+        raise ValueError(f"not a dtype: {error}") from None
+    fmt.check_metadata_dtype(dtype)
+    return dtype
+
+
+def _parse_field_record(record: np.void, strings: _StringArea, index: int) -> FieldDescriptor:
+    name = strings.text(record, "name", index)
+    try:
+        arguments = strings.json(record, "arguments", index)
+        metadata_dtype = strings.dtype(record, index)
+    except ValueError as error:
+        if isinstance(error, FormatError):
+            raise
         raise FormatError(f"field {name!r}: stored arguments or metadata dtype are invalid: {error}") from None
     if not isinstance(arguments, dict):
         raise FormatError(f"field {name!r}: stored arguments are not a JSON object")
-    return FieldDescriptor(name, text("type_name"), arguments, metadata_dtype, int(record["payload_column"]))
+    return FieldDescriptor(name, strings.text(record, "type_name", index), arguments, metadata_dtype,
+                           int(record["payload_column"]))
 
 
 def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: int) -> None:
@@ -309,15 +408,31 @@ def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: i
         raise FormatError(f"payload columns {columns} do not match {num_payload_fields} payload fields")
 
 
-def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, type[Field]] | None) -> Field:
+def _instantiate_fields(descriptors: Mapping[str, FieldDescriptor],
+                        custom_fields: Mapping[str, type[Field]] | None) -> dict[str, Field]:
+    vouched = _vouched_type_names(custom_fields)
+    return {name: _instantiate_field(descriptor, custom_fields, vouched) for name, descriptor in descriptors.items()}
+
+
+def _vouched_type_names(custom_fields: Mapping[str, type[Field]] | None) -> set[str]:
+    """Every name a stored field could be resolved by (see :mod:`beton.fields.registry`), gathered once per
+    file: a file naming thousands of unknown types must not cost a scan of the installed packages each."""
+    entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {*BUILTIN_FIELDS, *(custom_fields or {}), *registered_fields(), *(entry.name for entry in entry_points)}
+
+
+def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, type[Field]] | None,
+                       vouched: set[str]) -> Field:
     with error_context(field=descriptor.name):
-        cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields)
+        known = descriptor.type_name in vouched or descriptor.name in (custom_fields or {})
+        cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields) \
+            if known else None
         if cls is None:
             return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
                                 descriptor.has_payload, unregistered_reason(descriptor.type_name, descriptor.name))
         try:
             field = cls.from_arguments(descriptor.arguments)
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, LookupError, ArithmeticError) as error:  # arguments are the file's JSON
             raise FieldError(f"{cls.__name__} cannot be built from stored arguments: {error}") from None
         if field.metadata_dtype != descriptor.metadata_dtype or field.has_payload != descriptor.has_payload:
             raise FieldError(
@@ -327,8 +442,16 @@ def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, 
     return field
 
 
+def _check_sample_count(num_samples: int, record_size: int, num_columns: int, file_size: int) -> None:
+    """Samples that store nothing (no metadata, no payload) cost no bytes of the file, so the table sizes do not
+    bound their count; the file's size does, or the index arrays a Loader builds per sample could be anything."""
+    if record_size == 0 and num_columns == 0 and num_samples > file_size:
+        raise FormatError(f"header claims {num_samples} samples that store no bytes; a file of {file_size} bytes "
+                          f"holds at most {file_size}")
+
+
 def _typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python integers: header counts cannot overflow them
     if len(blob) != expected:
         raise FormatError(f"{name} is {len(blob)} bytes, expected {expected} for shape {shape} of {dtype}")
     if expected == 0:

@@ -30,10 +30,11 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
     """Check the header, every table and every page of a file against their stored CRC32.
 
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
-    opening) or :class:`~beton.errors.CorruptDataError` naming the first bad page and the first sample with a
-    payload on it.
+    opening, or for a record its field cannot read, such as an array payload of the wrong size) or
+    :class:`~beton.errors.CorruptDataError` naming the first bad page and the first sample with a payload on it.
     """
     with Reader(path, custom_fields=custom_fields) as reader, error_context(path=reader.path):
+        reader.check_payloads()  # checksums prove nothing against whoever can recompute them
         if not reader.checksummed:
             return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False)
         for page in range(reader.num_pages):

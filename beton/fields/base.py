@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from beton.errors import FieldError
+from beton.errors import FieldError, FormatError
+from beton.format import ReadLimits
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "first_bad_record"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,20 @@ class Field(abc.ABC):
         """Record where the writer put each piece, relative to the allocation's offset (metadata is writable)."""
         raise NotImplementedError(f"{type(self).__name__} groups pieces but cannot record where they went")
 
+    # Files are untrusted input (an attacker can re-sign every checksum): before anything reads a field, the
+    # reader shows it every stored record, so that decoders - compiled kernels included - may trust them.
+
+    def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
+        """Raise FormatError (with ``sample`` set) for the first stored record this field cannot read safely.
+
+        Called when a file opens, with this field's whole data-table column and its payload sizes (None without
+        payload): keep it to vectorised checks of what decoding trusts (sizes it allocates, indices it follows).
+        """
+
+    def check_payloads(self, records: np.ndarray, sizes: np.ndarray | None) -> None:
+        """Like :meth:`check_records`, for checks that :func:`beton.verify` runs and opening does not (decoders
+        check these per sample anyway)."""
+
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> Field:
         return cls(**arguments)
@@ -119,6 +134,15 @@ class Field(abc.ABC):
     def describe(self) -> str:
         arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments().items())
         return f"{type(self).__name__}({arguments})"
+
+
+def first_bad_record(bad: np.ndarray, message: Callable[[int], str]) -> None:
+    """Raise FormatError(message(sample)) naming the first sample whose entry of the mask ``bad`` is True."""
+    if bad.any():
+        sample = int(np.flatnonzero(bad)[0])
+        error = FormatError(message(sample))
+        error.sample = sample
+        raise error
 
 
 @dataclasses.dataclass(frozen=True)

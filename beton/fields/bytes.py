@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from beton import _json
 from beton.errors import DecodeError, EncodeError
 from beton.fields.base import Encoded, EncodeContext, Field
 
-__all__ = ["BytesField", "JSONField"]
+__all__ = ["BytesField", "JSONField", "decode_json"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,12 @@ class JSONField(Field):
             raise EncodeError(f"value is not JSON-serialisable: {error}") from None
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
-        try:
-            return json.loads(payload.tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise DecodeError(f"stored JSON is invalid: {error}") from None
+        return decode_json(payload.tobytes())
+
+
+def decode_json(data: bytes) -> Any:
+    """A stored JSON document (nesting limited: see :mod:`beton._json`); DecodeError when it is invalid."""
+    try:
+        return _json.loads(data)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, too deep
+        raise DecodeError(f"stored JSON is invalid: {error}") from None

@@ -7,14 +7,13 @@ decoders give Python objects of their exact stored length.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import numba
 import numpy as np
 
 from beton.errors import DecodeError, PipelineError
-from beton.fields.bytes import BytesField, JSONField
+from beton.fields.bytes import BytesField, JSONField, decode_json
 from beton.fields.ndarray import NDArrayField, TorchTensorField
 from beton.fields.scalar import FloatField, IntField
 from beton.pipeline.memcopy import copy_bytes
@@ -41,6 +40,8 @@ def _scalar_kernel(src, dst, i, sample, key, args):
 
 @numba.njit(nogil=True, cache=True)
 def _copy_payload_kernel(src, dst, i, sample, key, args):
+    if src[3][i] != dst[i].nbytes:  # the file's size against the field's shape: a DecodeError, as in reader[i]
+        raise DecodeError("stored payload size does not match the field's dtype and shape")
     copy_bytes(dst[i], src[1], src[2][i], src[3][i])  # memory, offsets, sizes
 
 
@@ -128,11 +129,10 @@ class JSONDecoder(BatchOperation):
         values = []
         for i, (o, s) in enumerate(zip(batch.offsets.tolist(), batch.sizes.tolist())):
             try:
-                values.append(json.loads(batch.memory[o : o + s].tobytes().decode("utf-8")))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                failure = DecodeError(f"stored JSON is invalid: {error}")
-                failure.sample = int(context.samples[i])
-                raise failure from None
+                values.append(decode_json(batch.memory[o : o + s].tobytes()))
+            except DecodeError as error:
+                error.sample = int(context.samples[i])
+                raise
         return values
 
 

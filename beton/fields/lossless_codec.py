@@ -304,12 +304,37 @@ def _decode_tile(payload, data_start, index, height, width, tile_log2, ty0, tx0,
     return True
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _padded(count):
+    """Residuals a plane of ``count`` pixels unpacks: whole groups of eight."""
+    return -(-count // _GROUP) * _GROUP
+
+
+@numba.njit(nogil=True, cache=True)
+def _work_fits(height, width, tile_log2, planes, residuals, channels):
+    """Whether the per-tile work buffers hold a tile of this image: the decoder indexes them with sizes the
+    payload and the record give, so it checks them itself rather than trust its caller."""
+    tile = 1 << tile_log2
+    rows, cols = min(tile, height), min(tile, width)
+    return (height >= 1 and width >= 1 and (channels == 1 or channels == 3 or channels == 4)
+            and planes.shape[0] >= channels and planes.shape[1] >= rows and planes.shape[2] >= cols
+            and residuals.size >= _padded(rows * cols))
+
+
 @numba.njit(nogil=True, cache=True)
 def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits):
-    """Decode tile rows ty0..ty1-1 and columns tx0..tx1-1 into ``out``; the first bad tile's index or -1."""
-    tile_cols = -(-width // (1 << tile_log2))
-    n_tiles = -(-height // (1 << tile_log2)) * tile_cols
-    data_start = _HEADER + 4 * n_tiles
+    """Decode tile rows ty0..ty1-1 and columns tx0..tx1-1 into ``out``; the first bad tile's index, -1 when all
+    decode, or -2 when the tile range or the buffers do not fit the image."""
+    tile = 1 << tile_log2
+    tile_cols = -(-width // tile)
+    tile_rows = -(-height // tile)
+    if not _work_fits(height, width, tile_log2, planes, residuals, out.shape[2]):
+        return -2
+    if not (0 <= ty0 < ty1 <= tile_rows and 0 <= tx0 < tx1 <= tile_cols):
+        return -2
+    if out.shape[0] < min(height, ty1 * tile) - ty0 * tile or out.shape[1] < min(width, tx1 * tile) - tx0 * tile:
+        return -2
+    data_start = _HEADER + 4 * tile_rows * tile_cols
     for ty in range(ty0, ty1):
         for tx in range(tx0, tx1):
             index = ty * tile_cols + tx
@@ -321,15 +346,19 @@ def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes,
 
 @numba.njit(nogil=True, cache=True, parallel=True)
 def _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
-    """Every tile, in parallel (numba threads); the number of bad tiles."""
+    """Every tile, in parallel (numba threads); the number of bad tiles, or -1 when ``out`` is not the image."""
     tile = 1 << tile_log2
     tile_cols = -(-width // tile)
     n_tiles = -(-height // tile) * tile_cols
     data_start = _HEADER + 4 * n_tiles
+    channels = out.shape[2]
+    if out.shape[0] != height or out.shape[1] != width or not (channels == 1 or channels == 3 or channels == 4):
+        return -1
+    rows, cols = min(tile, height), min(tile, width)  # a tile's work planes: no larger than the image
     bad = 0
     for index in numba.prange(n_tiles):
-        planes = np.empty((out.shape[2], tile, tile), out.dtype)
-        residuals = np.empty(tile * tile, np.int32)
+        planes = np.empty((channels, rows, cols), out.dtype)
+        residuals = np.empty(_padded(rows * cols), np.int32)
         if not _decode_tile(payload, data_start, index, height, width, tile_log2, 0, 0,
                             index // tile_cols, index % tile_cols, planes, residuals, out, bits):
             bad += 1
@@ -347,9 +376,22 @@ def _check_header(payload: np.ndarray, height: int, width: int) -> tuple[int, in
     return tile_log2, bits
 
 
-def sample_dtype(payload: np.ndarray) -> np.dtype:
-    """uint8 or uint16: the depth an encoded image's header records (no other checks)."""
-    return np.dtype(np.uint16) if payload.size > 2 and payload[2] == 1 else np.dtype(np.uint8)
+def _check_geometry(height: int, width: int, channels: int, top: int, left: int, rows: int, cols: int) -> None:
+    """The image and the region asked for: what the kernels size their loops with."""
+    if height < 1 or width < 1 or channels not in (1, 3, 4):
+        raise DecodeError(f"lossless image: cannot decode {height}x{width} pixels of {channels} channels")
+    if rows < 1 or cols < 1 or top < 0 or left < 0 or top + rows > height or left + cols > width:
+        raise DecodeError(f"lossless image: region of {rows}x{cols} at ({top}, {left}) lies outside the "
+                          f"{height}x{width} image")
+
+
+def sample_dtype(payload: np.ndarray, expected: np.dtype | None = None) -> np.dtype:
+    """uint8 or uint16: the depth an encoded image's header records; DecodeError when it is not ``expected``."""
+    found = np.dtype(np.uint16) if payload.size > 2 and payload[2] == 1 else np.dtype(np.uint8)
+    if expected is not None and found != np.dtype(expected).newbyteorder("="):
+        raise DecodeError(f"lossless image holds {8 * found.itemsize}-bit samples, its field "
+                          f"{8 * np.dtype(expected).itemsize}-bit ones")
+    return found
 
 
 def lossless_region_bounds(payload: np.ndarray, height: int, width: int, top: int, left: int, rows: int,
@@ -361,41 +403,51 @@ def lossless_region_bounds(payload: np.ndarray, height: int, width: int, top: in
 
 
 def decode_lossless_region(payload: np.ndarray, height: int, width: int, channels: int, top: int, left: int,
-                           rows: int, cols: int, scratch) -> np.ndarray:
+                           rows: int, cols: int, scratch, dtype: np.dtype | None = None) -> np.ndarray:
     """The region [top:top+rows, left:left+cols] of a stored image, decoding only the tiles it touches.
 
     ``scratch(nbytes, purpose)`` gives reusable uint8 buffers (the decoded tiles, per-tile work planes), so a
-    loader thread never allocates per image. Returns a view into the tiles' buffer.
+    loader thread never allocates per image. ``dtype``: the sample type the caller expects (None: whatever the
+    payload holds). Returns a view into the tiles' buffer.
     """
+    _check_geometry(height, width, channels, top, left, rows, cols)
     tile_log2, ty0, ty1, tx0, tx1 = lossless_region_bounds(payload, height, width, top, left, rows, cols)
-    dtype = sample_dtype(payload)
+    dtype = sample_dtype(payload, dtype)
     bits = 8 * dtype.itemsize
     tile = 1 << tile_log2
     span_height = min(height, ty1 * tile) - ty0 * tile
     span_width = min(width, tx1 * tile) - tx0 * tile
     out = scratch(span_height * span_width * channels * dtype.itemsize, "tiles").view(dtype)
     out = out.reshape(span_height, span_width, channels)
-    planes = scratch(channels * tile * tile * dtype.itemsize, "planes").view(dtype).reshape(channels, tile, tile)
-    residuals = scratch(4 * tile * tile, "residuals").view(np.int32)
+    work_rows, work_cols = min(tile, height), min(tile, width)  # a 4096-pixel tile of a small image: no larger
+    planes = scratch(channels * work_rows * work_cols * dtype.itemsize, "planes").view(dtype)
+    planes = planes.reshape(channels, work_rows, work_cols)
+    residual_count = -(-work_rows * work_cols // _GROUP) * _GROUP
+    residuals = scratch(4 * residual_count, "residuals").view(np.int32)
     bad = _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits)
+    if bad == -2:
+        raise DecodeError(f"lossless image: tiles {ty0}..{ty1} x {tx0}..{tx1} do not fit the {height}x{width} "
+                          "image or its buffers")
     if bad >= 0:
         raise DecodeError(f"lossless image: tile {bad} is corrupt")
     y, x = top - ty0 * tile, left - tx0 * tile
     return out[y : y + rows, x : x + cols]
 
 
-def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int, parallel: bool = False
-                    ) -> np.ndarray:
-    """The whole image as a new HxWxC array (uint8 or uint16, as encoded); ``parallel`` decodes its tiles on
-    numba's threads."""
+def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int, parallel: bool = False,
+                    dtype: np.dtype | None = None) -> np.ndarray:
+    """The whole image as a new HxWxC array (uint8 or uint16, as encoded; ``dtype``, when given, must be that
+    depth); ``parallel`` decodes its tiles on numba's threads."""
     payload = np.frombuffer(payload, np.uint8) if not isinstance(payload, np.ndarray) else payload
     if not parallel:
         buffers: dict[str, np.ndarray] = {}
         region = decode_lossless_region(payload, height, width, channels, 0, 0, height, width,
-                                        lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)))
+                                        lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)),
+                                        dtype)
         return np.array(region)
+    _check_geometry(height, width, channels, 0, 0, height, width)
     tile_log2, bits = _check_header(payload, height, width)
-    out = np.empty((height, width, channels), sample_dtype(payload))
+    out = np.empty((height, width, channels), sample_dtype(payload, dtype))
     ensure_thread_safe_layer()  # callers may decode from several threads; workqueue would abort
     if _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
         raise DecodeError("lossless image: a tile is corrupt")

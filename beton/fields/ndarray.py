@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from beton.errors import EncodeError, FieldError
-from beton.fields.base import Encoded, EncodeContext, Field
-from beton.format import dtype_from_descr
+from beton.errors import DecodeError, EncodeError, FieldError, FormatError
+from beton.fields.base import Encoded, EncodeContext, Field, first_bad_record
+from beton.format import ReadLimits, dtype_from_descr
 
 __all__ = ["NDArrayField", "TorchTensorField", "TORCH_DTYPES"]
 
@@ -39,7 +40,31 @@ def _normalise_shape(shape: Sequence[int]) -> tuple[int, ...]:
         raise FieldError(f"shape must be a sequence of integers, got {shape!r}") from None
     if any(dim < 0 for dim in dims):
         raise FieldError(f"shape must not have negative dimensions, got {dims}")
+    if len(dims) > _MAX_DIMS:
+        raise FieldError(f"shape has {len(dims)} dimensions, numpy allows {_MAX_DIMS}")
     return dims
+
+
+_MAX_DIMS = 32  # numpy's limit on array dimensions
+
+
+def _check_fixed_size(field: Field, num_bytes: int, limits: ReadLimits) -> None:
+    """A fixed-size payload cannot be larger than the file: the loader allocates batches of this size."""
+    if limits.max_payload_bytes is not None and num_bytes > limits.max_payload_bytes:
+        raise FormatError(f"{field.describe()} needs {num_bytes} bytes per sample, more than the "
+                          f"{limits.max_payload_bytes}-byte file holds")
+
+
+def _check_sizes(num_bytes: int, sizes: np.ndarray | None) -> None:
+    if sizes is not None:
+        first_bad_record(sizes != num_bytes, lambda s: f"payload has {sizes[s]} bytes, the field's dtype and shape "
+                                                       f"need {num_bytes}")
+
+
+def _as_array(payload: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], num_bytes: int) -> np.ndarray:
+    if payload.size != num_bytes:
+        raise DecodeError(f"payload has {payload.size} bytes, the field's dtype and shape need {num_bytes}")
+    return np.array(payload.view(dtype).reshape(shape))
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -68,7 +93,7 @@ class NDArrayField(Field):
 
     @property
     def num_bytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # Python integers: no overflow on stored shapes
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if not isinstance(value, np.ndarray):
@@ -81,7 +106,13 @@ class NDArrayField(Field):
         return Encoded(payload=np.ascontiguousarray(value).tobytes())
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
-        return np.array(payload.view(self.dtype).reshape(self.shape))
+        return _as_array(payload, self.dtype, self.shape, self.num_bytes)
+
+    def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
+        _check_fixed_size(self, self.num_bytes, limits)
+
+    def check_payloads(self, records: np.ndarray, sizes: np.ndarray | None) -> None:
+        _check_sizes(self.num_bytes, sizes)
 
     def arguments(self) -> dict[str, Any]:
         return {"dtype": np.lib.format.dtype_to_descr(self.dtype), "shape": list(self.shape)}
@@ -108,6 +139,10 @@ class TorchTensorField(Field):
     def storage_dtype(self) -> np.dtype:
         return np.dtype(TORCH_DTYPES[self.dtype])
 
+    @property
+    def num_bytes(self) -> int:
+        return math.prod(self.shape) * self.storage_dtype.itemsize
+
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         import torch
 
@@ -126,8 +161,14 @@ class TorchTensorField(Field):
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
         import torch
 
-        array = np.array(payload.view(self.storage_dtype).reshape(self.shape))
+        array = _as_array(payload, self.storage_dtype, self.shape, self.num_bytes)
         return torch.from_numpy(array).view(getattr(torch, self.dtype))
+
+    def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
+        _check_fixed_size(self, self.num_bytes, limits)
+
+    def check_payloads(self, records: np.ndarray, sizes: np.ndarray | None) -> None:
+        _check_sizes(self.num_bytes, sizes)
 
     def arguments(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": list(self.shape)}

@@ -36,12 +36,17 @@ import numpy as np
 import simplejpeg
 
 from beton.errors import DecodeError, EncodeError, FieldError
-from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.base import Encoded, EncodeContext, Field, first_bad_record
 from beton.fields.lossless_codec import decode_lossless, encode_lossless
+from beton.format import MAX_IMAGE_PIXELS_VARIABLE, ReadLimits
 
 __all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image"]
 
 IMAGE_MODES = {"raw": 0, "jpg": 1, "progressive": 2, "lossless": 3}
+_MODE_NAMES = {number: name for name, number in IMAGE_MODES.items()}
+#: A lossless plane of n pixels stores at least n / 16 bytes (a 4-bit width per group of 8), so no record can
+#: decode to more than this many samples per stored byte.
+_LOSSLESS_SAMPLES_PER_BYTE = 16
 WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive", "balanced", "lossless")
 JPEG_MODES = (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])
 MAX_SCANS = 16
@@ -219,25 +224,77 @@ class RGBImageField(Field):
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
         return decode_stored_image(metadata, payload, self.numpy_dtype)
 
+    # ---- checking stored records --------------------------------------------------------------------------
+
+    def stored_modes(self) -> tuple[int, ...]:
+        """The modes a record of this field may have: those its writer produces and its decoders can read."""
+        if self.write_mode == "progressive":
+            return (IMAGE_MODES["progressive"],)
+        if self.dtype != "uint8" or self.channels not in _JPEG_COLORSPACES:  # JPEG: 1 or 3 channels of uint8
+            return (IMAGE_MODES["raw"], IMAGE_MODES["lossless"])
+        return (IMAGE_MODES["raw"], IMAGE_MODES["jpg"], IMAGE_MODES["lossless"])
+
+    def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
+        """Modes, channels and sizes against the field; pixels against the cap; raw and lossless payload sizes
+        against the pixels; progressive scan tables against their payloads. Decoders size their buffers from
+        these records (the Loader's from the field's channels), so each must hold before anything is decoded."""
+        modes, channels = records["mode"], records["channels"]
+        allowed = self.stored_modes()
+        first_bad_record(~np.isin(modes, allowed), lambda s: (
+            f"image mode {modes[s]} is not one this field stores ({', '.join(_MODE_NAMES[m] for m in allowed)})"))
+        first_bad_record(channels != self.channels, lambda s: (
+            f"image has channels {channels[s]}, its field {self.channels}"))
+        height, width = records["height"].astype(np.uint64), records["width"].astype(np.uint64)
+        first_bad_record(height == 0, lambda s: "image has height 0")
+        first_bad_record(width == 0, lambda s: "image has width 0")
+        pixels = height * width  # both below 2^32: no overflow
+        if limits.max_image_pixels is not None:
+            first_bad_record(pixels > np.uint64(limits.max_image_pixels), lambda s: (
+                f"image of {width[s]}x{height[s]} has {pixels[s]} pixels, more than max_image_pixels="
+                f"{limits.max_image_pixels} (raise it with Reader(max_image_pixels=...) or "
+                f"${MAX_IMAGE_PIXELS_VARIABLE} if you trust this file)"))
+        if sizes is not None:
+            self._check_payload_sizes(modes, pixels, sizes.astype(np.uint64))
+        if self.write_mode == "progressive":
+            check_scan_tables(records, sizes, self.scan_grouped)
+
+    def _check_payload_sizes(self, modes: np.ndarray, pixels: np.ndarray, sizes: np.ndarray) -> None:
+        samples = np.uint64(self.channels)
+        # pixels > sizes first: it keeps the products below from overflowing for the records they matter to
+        raw_bytes = pixels * samples * np.uint64(self.numpy_dtype.itemsize)
+        first_bad_record((modes == IMAGE_MODES["raw"]) & ((pixels > sizes) | (raw_bytes != sizes)), lambda s: (
+            f"raw image of {pixels[s]} pixels x {self.channels} channels needs {raw_bytes[s]} bytes, its payload "
+            f"has {sizes[s]}"))
+        budget = sizes * np.uint64(_LOSSLESS_SAMPLES_PER_BYTE)
+        first_bad_record((modes == IMAGE_MODES["lossless"]) & ((pixels > budget) | (pixels * samples > budget)),
+                         lambda s: f"lossless image of {pixels[s]} pixels cannot be stored in {sizes[s]} bytes")
+
 
 def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """One stored image at full size, HxWxC (a new array)."""
     height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
     if metadata["mode"] == IMAGE_MODES["lossless"]:
-        return decode_lossless(payload, height, width, channels)
+        return decode_lossless(payload, height, width, channels, dtype=dtype)
     if metadata["mode"] not in JPEG_MODES:
         expected = height * width * channels * dtype.itemsize
         if payload.size != expected:
             raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
         return np.array(payload.view(dtype).reshape(height, width, channels))
+    if channels not in _JPEG_COLORSPACES:
+        raise DecodeError(f"a JPEG has 1 or 3 channels, the record says {channels}")
     payload = whole_jpeg(payload, metadata)
-    try:
-        image = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels])
+    try:  # the header first: the record's size bounds the buffer, whatever size the JPEG claims
+        decoded = simplejpeg.decode_jpeg_header(payload)[:2]
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
-    if image.shape[:2] != (height, width):
-        raise DecodeError(f"JPEG is {image.shape[1]}x{image.shape[0]}, metadata says {width}x{height}")
-    return image.reshape(height, width, channels)
+    if decoded != (height, width):
+        raise DecodeError(f"JPEG is {decoded[1]}x{decoded[0]}, metadata says {width}x{height}")
+    image = np.empty((height, width, channels), np.uint8)
+    try:
+        simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=image)
+    except ValueError as error:
+        raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+    return image
 
 
 def _jpeg_header(data: bytes) -> tuple[int, int, bool, str]:
@@ -293,6 +350,33 @@ def jpeg_scan_ends(data: bytes) -> list[int]:
                 position += 1
             ends.append(position)
     return ends
+
+
+def check_scan_tables(records: np.ndarray, sizes: np.ndarray | None, grouped: bool) -> None:
+    """Progressive records: 1..16 scans, whose ends increase, inside the payload; scan-grouped ones also keep
+    every scan's bytes inside the sample's allocation (the process cache reads pages from these numbers)."""
+    counts = records["num_scans"].astype(np.int64)
+    first_bad_record((counts < 1) | (counts > MAX_SCANS), lambda s: (
+        f"progressive JPEG has {counts[s]} scans, expected 1..{MAX_SCANS}"))
+    columns = int(counts.max(initial=0))  # scans past every record's count are not read: not checked
+    ends = records["scan_ends"][:, :columns].astype(np.int64)
+    used = np.arange(columns) < counts[:, None]
+    lengths = ends.copy()
+    np.subtract(ends[:, 1:], ends[:, :-1], out=lengths[:, 1:])
+    first_bad_record(np.any(used & (lengths <= 0), axis=1), lambda s: (
+        f"progressive JPEG scan ends {ends[s, :counts[s]].tolist()} do not increase"))
+    if sizes is None:
+        return
+    sizes = sizes.astype(np.int64)
+    if not grouped:
+        last = ends[np.arange(len(ends)), counts - 1]
+        first_bad_record(last > sizes, lambda s: (
+            f"progressive JPEG's last scan ends at byte {last[s]}, its payload has {sizes[s]}"))
+        return
+    starts = records["scan_starts"][:, :columns].astype(np.int64)
+    first_bad_record(np.any(used & (starts + lengths > sizes[:, None]), axis=1), lambda s: (
+        f"scan-grouped JPEG scan starts {starts[s, :counts[s]].tolist()} and ends {ends[s, :counts[s]].tolist()} "
+        f"reach past its {sizes[s]}-byte allocation"))
 
 
 def scans_read(metadata: np.ndarray, limit: int | None) -> np.ndarray:

@@ -114,7 +114,7 @@ class _CropDecoder(SampleOperation):
                                         out.shape, context)
         elif metadata["mode"] == IMAGE_MODES["lossless"]:  # only the tiles the crop touches
             region = decode_lossless_region(payload, height, width, channels, top, left, crop_height, crop_width,
-                                            context.scratch)
+                                            context.scratch, out.dtype)
         else:
             image = _raw_view(payload, height, width, channels, out.dtype)
             region = image[top : top + crop_height, left : left + crop_width]
@@ -148,11 +148,13 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
     try:
         frame = sequential_frame(payload) if bottom is not None else None
         rows = height
+        # the JPEG's own size first: buffers are sized from the data table, which it must not contradict
+        frame_height, frame_width = frame_size(payload, frame[0]) if frame is not None else \
+            simplejpeg.decode_jpeg_header(payload)[:2]
+        if (frame_height, frame_width) != (height, width):
+            raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
+                             f"{width}x{height}")
         if frame is not None:
-            frame_height, frame_width = frame_size(payload, frame[0])
-            if (frame_height, frame_width) != (height, width):
-                raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
-                                 f"{width}x{height}")
             scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))  # as the caller crops
             rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
         decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
@@ -247,6 +249,7 @@ class SimpleRGBImageDecoder(SampleOperation):
             except ValueError as error:
                 raise DecodeError(f"JPEG cannot be decoded: {error}") from None
         elif metadata["mode"] == IMAGE_MODES["lossless"]:
-            out[...] = decode_lossless_region(payload, height, width, channels, 0, 0, height, width, context.scratch)
+            out[...] = decode_lossless_region(payload, height, width, channels, 0, 0, height, width, context.scratch,
+                                              out.dtype)
         else:
             out[...] = _raw_view(payload, height, width, channels, out.dtype)
