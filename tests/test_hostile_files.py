@@ -411,9 +411,12 @@ def test_the_pixel_cap_is_configurable(files, tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="max_image_pixels"):
         beton.Reader(path, max_image_pixels=24 * 40 - 1)
     beton.Reader(path, max_image_pixels=24 * 40).close()
-    monkeypatch.setenv("BETON_MAX_IMAGE_PIXELS", "100")  # what the Loader and the CLI open files with
+    with pytest.raises(FormatError, match="max_image_pixels"):
+        Loader(path, batch_size=2, num_workers=1, max_image_pixels=100)
+    monkeypatch.setenv("BETON_MAX_IMAGE_PIXELS", "100")  # what the Loader and the CLI open files with by default
     with pytest.raises(FormatError, match="BETON_MAX_IMAGE_PIXELS"):
         Loader(path, batch_size=2, num_workers=1)
+    Loader(path, batch_size=2, num_workers=1, max_image_pixels=None).close()  # the caller's choice wins
 
 
 # ---- lossless geometry -----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import cv2
 import numpy as np
 import pytest
 import simplejpeg
+import torch
 
 import beton
 from beton import Loader, OrderOption
@@ -123,6 +125,9 @@ def test_smart_and_proportion_modes(tmp_path):
                  [(small,), (large,)])
     with beton.Reader(path) as reader:
         assert reader.data_table["image"]["mode"].tolist() == [0, 1]
+    no_threshold = write(tmp_path / "s0.beton", {"image": RGBImageField(write_mode="smart")}, [(small,), (large,)])
+    with beton.Reader(no_threshold) as reader:  # FFCV's smart mode stores every image raw without a threshold
+        assert reader.data_table["image"]["mode"].tolist() == [0, 0]
     samples = [(photo_crop(i, 20, 20),) for i in range(400)]
     field = {"image": RGBImageField(write_mode="proportion", compress_probability=0.25)}
     first = write(tmp_path / "p1.beton", field, samples)
@@ -156,6 +161,8 @@ def test_balanced_mode_keeps_jpeg_bytes_and_stores_pixels_raw(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     ({"write_mode": "png"}, "write_mode"), ({"write_mode": "jpg", "channels": 4}, "JPEG stores"),
     ({"dtype": "float32"}, "dtype"), ({"jpeg_quality": 0}, "jpeg_quality"), ({"channels": 2}, "channels"),
+    ({"jpeg_quality": 90.5}, "whole number"),
+    ({"write_mode": "proportion", "compress_probability": None}, "needs a compress_probability"),
 ])
 def test_bad_field_arguments(kwargs, message):
     with pytest.raises(FieldError, match=message):
@@ -360,3 +367,37 @@ def test_one_huge_image_does_not_blow_up_memory(tmp_path):
         assert run.returncode == 0, run.stderr
         growth[variant] = float(run.stdout.split()[-1])
     assert growth["big"] - growth["small"] < 120  # MiB; one full 4000x3000 RGB decode is 34 MiB
+
+
+def test_ffcv_argument_habits_are_accepted():
+    """What FFCV scripts pass from their configuration: compress_probability=None, a float quality."""
+    field = RGBImageField(write_mode="smart", compress_probability=None, jpeg_quality=90.0)
+    assert field.jpeg_quality == 90 and isinstance(field.jpeg_quality, int)
+    assert field.arguments()["jpeg_quality"] == 90
+
+
+def test_progressive_resizing_sets_the_decoders_output_size_between_epochs(photo_files):
+    """ffcv-imagenet sets ``decoder.output_size`` before each epoch: the next epoch decodes at the new size,
+    exactly as a Loader built for that size would."""
+    decoder = RandomResizedCropRGBImageDecoder((32, 32))
+    pipelines = {"image": [decoder, RandomHorizontalFlip(), ToTensor()], "label": [IntDecoder(), ToTensor()]}
+    with Loader(photo_files["jpg"], batch_size=4, num_workers=2, order=OrderOption.RANDOM, seed=3,
+                pipelines=pipelines) as loader:
+        epochs = []
+        for size in (32, 48, 40):
+            decoder.output_size = (size, size)
+            epochs.append(list(loader))
+            assert all(images.shape[1:3] == (size, size) for images, _ in epochs[-1])
+    for epoch, size in ((1, 48), (2, 40)):
+        fresh = {"image": [RandomResizedCropRGBImageDecoder((size, size)), RandomHorizontalFlip(), ToTensor()],
+                 "label": [IntDecoder(), ToTensor()]}
+        with Loader(photo_files["jpg"], batch_size=4, num_workers=1, order=OrderOption.RANDOM, seed=3,
+                    pipelines=fresh) as reference:
+            reference.set_epoch(epoch)
+            for (images, labels), (expected, expected_labels) in zip(epochs[epoch], reference):
+                assert torch.equal(labels, expected_labels) and torch.equal(images, expected)
+    with pytest.raises(PipelineError, match="positive integers"):
+        decoder.output_size = (0, 10)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decoder.scale = (0.5, 1.0)
+

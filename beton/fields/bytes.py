@@ -60,3 +60,16 @@ def decode_json(data: bytes) -> Any:
         return _json.loads(data)
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, too deep
         raise DecodeError(f"stored JSON is invalid: {error}") from None
+
+
+# FFCV's import paths (``ffcv.fields.bytes``) also hold the decoders. They live in beton.fields.decoders
+# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
+_FFCV_DECODERS = ('BytesDecoder', 'JSONDecoder')
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FFCV_DECODERS:
+        from beton.fields import decoders
+
+        return getattr(decoders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -172,3 +172,16 @@ class TorchTensorField(Field):
 
     def arguments(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": list(self.shape)}
+
+
+# FFCV's import paths (``ffcv.fields.ndarray``) also hold the decoders. They live in beton.fields.decoders
+# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
+_FFCV_DECODERS = ('NDArrayDecoder', 'TorchTensorDecoder')
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FFCV_DECODERS:
+        from beton.fields import decoders
+
+        return getattr(decoders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

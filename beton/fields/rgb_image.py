@@ -5,7 +5,8 @@ Write modes:
 * ``raw``: the pixels as they are (uint8, or uint16; 1, 3 or 4 channels): no decode cost, most bytes.
 * ``jpg``: JPEG (1 or 3 channels, uint8). JPEG bytes given as input are stored **as they are** when no
   resize is needed (no generation loss, fast conversion of folders of JPEGs).
-* ``smart``: JPEG when the raw pixels would take more than ``smart_threshold`` bytes, raw otherwise.
+* ``smart``: JPEG when the raw pixels would take more than ``smart_threshold`` bytes, raw otherwise (raw for
+  every image without a threshold, as in FFCV).
 * ``proportion``: JPEG with probability ``compress_probability``, drawn per sample from the writer's seeded
   generator (so the file does not depend on ``num_workers``).
 * ``progressive``: progressive JPEG (libjpeg's default scan script: 10 scans for colour, 6 for grey) with
@@ -74,7 +75,7 @@ class RGBImageField(Field):
         write_mode: "raw", "jpg", "smart", "proportion", "progressive", "balanced" or "lossless".
         max_resolution: longer side limit in pixels (None keeps every image's size).
         jpeg_quality: 1..100, for images this field encodes.
-        smart_threshold: raw-size limit in bytes for "smart" (default: always JPEG where possible).
+        smart_threshold: raw-size limit in bytes for "smart" (None: every image raw, as FFCV does).
         compress_probability: chance of JPEG per sample for "proportion".
         channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
         dtype: "uint8", or "uint16" (raw and lossless only).
@@ -85,7 +86,7 @@ class RGBImageField(Field):
     max_resolution: int | None = None
     jpeg_quality: int = 90
     smart_threshold: int | None = None
-    compress_probability: float = 0.5
+    compress_probability: float | None = 0.5  # None (FFCV scripts pass it): only "proportion" needs it
     channels: int = 3
     dtype: str = "uint8"
     scan_grouped: bool = False
@@ -109,14 +110,18 @@ class RGBImageField(Field):
         if self.write_mode not in ("raw", "lossless") and (self.channels == 4 or self.dtype != "uint8"):
             raise FieldError("JPEG stores 1 or 3 channels of uint8: use write_mode='raw' or 'lossless' for "
                              f"{self.channels} channels of {self.dtype}")
-        if not 1 <= self.jpeg_quality <= 100:
-            raise FieldError(f"jpeg_quality must lie in 1..100, got {self.jpeg_quality}")
+        if not 1 <= self.jpeg_quality <= 100 or self.jpeg_quality != int(self.jpeg_quality):
+            raise FieldError(f"jpeg_quality must be a whole number in 1..100, got {self.jpeg_quality}")
+        object.__setattr__(self, "jpeg_quality", int(self.jpeg_quality))  # 90.0 from a config file is 90
         if self.max_resolution is not None and self.max_resolution < 1:
             raise FieldError(f"max_resolution must be positive, got {self.max_resolution}")
         if self.scan_grouped and self.write_mode != "progressive":
             raise FieldError("scan_grouped=True groups the scans of progressive JPEGs: it needs "
                              f"write_mode='progressive', got {self.write_mode!r}")
-        if not 0.0 <= self.compress_probability <= 1.0:
+        if self.compress_probability is None:
+            if self.write_mode == "proportion":
+                raise FieldError("write_mode='proportion' needs a compress_probability in [0, 1], got None")
+        elif not 0.0 <= self.compress_probability <= 1.0:
             raise FieldError(f"compress_probability must lie in [0, 1], got {self.compress_probability}")
 
     @property
@@ -214,7 +219,7 @@ class RGBImageField(Field):
         if self.write_mode == "balanced":
             return given_jpeg
         if self.write_mode == "smart":
-            return self.smart_threshold is None or raw_size > self.smart_threshold
+            return self.smart_threshold is not None and raw_size > self.smart_threshold
         if self.write_mode == "proportion":
             return bool(context.rng().random() < self.compress_probability)
         return True
@@ -436,3 +441,16 @@ def _gather_scans(span: np.ndarray, metadata: np.void, count: int, buffer: Any) 
         out[end - length : end] = span[start : start + length]
     out[int(ends[-1]) :] = np.frombuffer(EOI, np.uint8)
     return out
+
+
+# FFCV's import paths (``ffcv.fields.rgb_image``) also hold the decoders. They live in beton.fields.decoders
+# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
+_FFCV_DECODERS = ('SimpleRGBImageDecoder', 'RandomResizedCropRGBImageDecoder', 'CenterCropRGBImageDecoder')
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FFCV_DECODERS:
+        from beton.fields import decoders
+
+        return getattr(decoders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

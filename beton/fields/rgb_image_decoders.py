@@ -81,6 +81,25 @@ def _resize_into(region: np.ndarray, out: np.ndarray) -> None:
         target[...] = result
 
 
+def _output_size_settable(cls: type) -> type:
+    """Let ``decoder.output_size = (h, w)`` through the frozen dataclass (FFCV's progressive resizing sets it
+    before each epoch; the Loader notices at the next ``iter(loader)`` and plans again). Every other field stays
+    frozen."""
+    frozen_setattr = cls.__setattr__
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if name != "output_size":
+            frozen_setattr(self, name, value)
+            return
+        size = tuple(value)
+        if len(size) != 2 or not all(isinstance(side, (int, np.integer)) and side >= 1 for side in size):
+            raise PipelineError(f"output_size must be (height, width) of positive integers, got {value!r}")
+        object.__setattr__(self, name, (int(size[0]), int(size[1])))
+
+    cls.__setattr__ = __setattr__
+    return cls
+
+
 class _CropDecoder(SampleOperation):
     """Shared machinery: find the crop, decode (scaled) or view raw pixels, resize into the batch."""
 
@@ -183,6 +202,7 @@ def _raw_view(payload: np.ndarray, height: int, width: int, channels: int, dtype
     return payload.view(dtype).reshape(height, width, channels)
 
 
+@_output_size_settable
 @dataclasses.dataclass(frozen=True)
 class RandomResizedCropRGBImageDecoder(_CropDecoder):
     """torchvision's RandomResizedCrop at decode time: area fraction in ``scale``, aspect ratio in ``ratio``."""
@@ -203,6 +223,7 @@ class RandomResizedCropRGBImageDecoder(_CropDecoder):
                                    math.log(self.ratio[0]), math.log(self.ratio[1]))
 
 
+@_output_size_settable
 @dataclasses.dataclass(frozen=True)
 class CenterCropRGBImageDecoder(_CropDecoder):
     """A centered square of ``ratio`` times the shorter side, resized to ``output_size`` (validation)."""

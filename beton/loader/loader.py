@@ -9,7 +9,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -78,6 +78,8 @@ class Loader:
             only touched pages are read from storage (random access, progressive-JPEG fidelity).
         recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
             ...``) is noticed at the next ``iter(loader)``, which plans and allocates again.
+        max_image_pixels: refuse files holding an image of more decoded pixels (see :class:`~beton.Reader`);
+            by default ``$BETON_MAX_IMAGE_PIXELS`` or 2**27; None lifts the cap.
         order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM, or
             those of a TraversalOrder subclass).
 
@@ -124,6 +126,7 @@ class Loader:
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
         order_kwargs: Mapping[str, Any] | None = None,
+        max_image_pixels: int | None | Literal["environment"] = "environment",
     ) -> None:
         self._arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         if batch_size < 1:
@@ -132,7 +135,7 @@ class Loader:
             raise ValueError("read_bandwidth needs os_cache=False (the process cache) and a positive rate, got "
                              f"os_cache={os_cache}, read_bandwidth={read_bandwidth}")
         ensure_thread_safe_layer()
-        self.reader = Reader(path, custom_fields=custom_fields)
+        self.reader = Reader(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels)
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)

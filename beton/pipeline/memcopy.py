@@ -12,6 +12,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from beton.errors import DecodeError
+
 __all__ = ["copy_bytes"]
 
 
@@ -32,10 +34,10 @@ def _memcpy(typingctx, destination, source, count):
 def copy_bytes(destination, source, start, count):
     """Copy ``count`` bytes of the 1-D uint8 array ``source`` from ``start`` into C-contiguous ``destination``.
 
-    Raises ValueError instead of writing out of bounds when the sizes do not fit.
+    Raises DecodeError instead of writing out of bounds when the sizes do not fit.
     """
     if count != destination.nbytes:
-        raise ValueError("stored payload size does not match the field's dtype and shape")
+        raise DecodeError("stored payload size does not match the field's dtype and shape")
     if start < 0 or start + count > source.size:
-        raise ValueError("payload lies outside the readable memory")
+        raise DecodeError("payload lies outside the readable memory")
     _memcpy(destination.ctypes.data, source.ctypes.data + start, count)
