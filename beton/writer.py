@@ -100,13 +100,18 @@ class DatasetWriter:
         return dict(zip(self._spec.names, self._spec.fields))
 
     def from_indexed_dataset(
-        self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE
+        self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE,
+        shuffle_indices: bool = False,
     ) -> None:
         """Write ``dataset[i]`` for i in ``indices`` (default: all of ``range(len(dataset))``), in that order.
 
-        Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order.
+        Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order. ``shuffle_indices``
+        (FFCV's) stores them in an order shuffled by the writer's ``seed``, so the file is still the same for
+        any ``num_workers``.
         """
         order = range(len(dataset)) if indices is None else [int(index) for index in indices]
+        if shuffle_indices:
+            order = [int(i) for i in np.random.default_rng([self._spec.seed, _SHUFFLE]).permutation(order)]
         items = (ChunkItem(position, index) for position, index in enumerate(order))
         self._write(_chunks(items, chunksize), len(order), dataset)
 
@@ -164,6 +169,7 @@ class DatasetWriter:
 
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SHUFFLE = 0x5348  # keys the shuffle_indices permutation apart from the fields' own draws (which take 3 keys)
 
 
 def _io_error(path: str, error: OSError) -> WriterError:

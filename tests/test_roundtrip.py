@@ -120,3 +120,29 @@ def test_data_table_is_a_read_only_structured_array(mixed_file):
         np.testing.assert_array_equal(table["label"]["value"], np.arange(60))
         with pytest.raises(ValueError):
             table["label"]["value"][0] = 5
+
+
+def test_ffcv_value_habits_an_ndarray_of_size_one_dims_and_any_array_as_bytes(tmp_path):
+    fields = {"y": NDArrayField(np.float32, (1,)), "pair": NDArrayField(np.int16, (2, 1)), "blob": BytesField()}
+    samples = [(np.float32(i / 2), np.array([i, -i], np.int16), np.arange(i, dtype=np.int32)) for i in range(5)]
+    path = write(tmp_path / "f.beton", fields, samples)
+    with beton.Reader(path) as reader:
+        for i, (y, pair, blob) in enumerate(reader[j] for j in range(5)):
+            assert y.shape == (1,) and y[0] == np.float32(i / 2)
+            np.testing.assert_array_equal(pair, [[i], [-i]])
+            np.testing.assert_array_equal(np.frombuffer(blob, np.int32), np.arange(i))
+    for value in (np.zeros(2, np.float32), np.float64(1.0)):  # other sizes and dtypes stay errors
+        with pytest.raises(beton.EncodeError, match="expected an array of dtype"):
+            write(tmp_path / "bad.beton", {"y": NDArrayField(np.float32, (1,))}, [(value,)])
+    with pytest.raises(beton.EncodeError, match="Python objects"):
+        write(tmp_path / "bad.beton", {"b": BytesField()}, [(np.array([{}], dtype=object),)])
+
+
+def test_json_field_unpack_takes_beton_batches_and_ffcv_padded_rows():
+    from beton.fields import JSONField
+
+    assert JSONField.unpack([{"a": 1}, [2]]) == [{"a": 1}, [2]]
+    rows = np.zeros((2, 12), np.uint8)
+    for row, text in zip(rows, (b'{"a": 1}', b"[2, 3]")):
+        row[: len(text)] = np.frombuffer(text, np.uint8)
+    assert JSONField.unpack(rows) == [{"a": 1}, [2, 3]]

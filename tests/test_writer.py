@@ -193,3 +193,19 @@ def test_user_arguments_are_not_mutated(tmp_path):
         dataset, indices=indices
     )
     assert fields == {"i": IntField(), "b": BytesField()} and indices == [2, 0, 1]
+
+
+def test_shuffle_indices_stores_a_seeded_permutation(tmp_path):
+    samples = ListDataset([(i,) for i in range(300)])
+
+    def written(name, seed, **options):
+        path = tmp_path / name
+        beton.DatasetWriter(path, {"n": IntField()}, seed=seed, progress=False, **options).from_indexed_dataset(
+            samples, chunksize=17, shuffle_indices=True)
+        with beton.Reader(path) as reader:
+            return path.read_bytes(), [reader[i][0] for i in range(len(reader))]
+
+    (first, stored), (second, _), (_, reseeded) = (written("a.beton", 3, num_workers=0),
+                                                   written("b.beton", 3, num_workers=2), written("c.beton", 4))
+    assert first == second  # the same file for any number of workers
+    assert sorted(stored) == list(range(300)) and stored != list(range(300)) and stored != reseeded

@@ -17,7 +17,11 @@ __all__ = ["BytesField", "JSONField", "decode_json"]
 
 @dataclasses.dataclass(frozen=True)
 class BytesField(Field):
-    """A byte string of any length per sample, read back with its exact length."""
+    """A byte string of any length per sample, read back with its exact length (``bytes``).
+
+    Takes ``bytes``-like values and numpy arrays of any dtype and shape (their raw bytes, C order: what
+    ``array.tobytes()`` gives; read them back with ``np.frombuffer(value, dtype)``).
+    """
 
     type_name = "beton.BytesField"
     has_payload = True
@@ -25,9 +29,10 @@ class BytesField(Field):
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, (bytes, bytearray, memoryview)):
             return Encoded(payload=bytes(value))
-        if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
+        if isinstance(value, np.ndarray) and value.dtype != object:
             return Encoded(payload=value.tobytes())
-        raise EncodeError(f"expected bytes or a 1-D uint8 array, got {type(value).__name__}")
+        raise EncodeError(f"expected bytes or a numpy array, got {type(value).__name__}"
+                          + (" of Python objects" if isinstance(value, np.ndarray) else ""))
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> bytes:
         return payload.tobytes()
@@ -49,6 +54,14 @@ class JSONField(Field):
             return Encoded(payload=text.encode("utf-8"))
         except (TypeError, ValueError, UnicodeEncodeError) as error:
             raise EncodeError(f"value is not JSON-serialisable: {error}") from None
+
+    @staticmethod
+    def unpack(batch: Any) -> list[Any]:
+        """FFCV's ``JSONField.unpack``: a batch of JSON values as Python objects. beton's JSONDecoder already
+        gives a list of values (returned as a list); FFCV's padded uint8 rows (NUL-terminated) are parsed."""
+        if isinstance(batch, np.ndarray) and batch.dtype == np.uint8 and batch.ndim == 2:
+            return [decode_json(row.tobytes().split(b"\0", 1)[0]) for row in batch]
+        return list(batch)
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
         return decode_json(payload.tobytes())

@@ -96,14 +96,17 @@ class NDArrayField(Field):
         return math.prod(self.shape) * self.dtype.itemsize  # Python integers: no overflow on stored shapes
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, (np.ndarray, np.generic)):
             raise EncodeError(f"expected a numpy array, got {type(value).__name__}")
-        if value.dtype != self.dtype or value.shape != self.shape:
+        value = np.asarray(value)
+        # Shapes that differ only in dimensions of size 1 hold the same values in the same order (a scalar for
+        # shape (1,), as FFCV's examples write): reshaped, never cast or truncated.
+        if value.dtype != self.dtype or _without_ones(value.shape) != _without_ones(self.shape):
             raise EncodeError(
                 f"expected an array of dtype {self.dtype.str} and shape {self.shape}, "
                 f"got dtype {value.dtype.str} and shape {value.shape}"
             )
-        return Encoded(payload=np.ascontiguousarray(value).tobytes())
+        return Encoded(payload=np.ascontiguousarray(value).reshape(self.shape).tobytes())
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
         return _as_array(payload, self.dtype, self.shape, self.num_bytes)
@@ -173,6 +176,10 @@ class TorchTensorField(Field):
     def arguments(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": list(self.shape)}
 
+
+
+def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
 
 # FFCV's import paths (``ffcv.fields.ndarray``) also hold the decoders. They live in beton.fields.decoders
 # (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
