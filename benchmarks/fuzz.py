@@ -10,7 +10,9 @@ structure-aware changes of every table (header counts and table references, fiel
 hostile JSON and dtypes -, any member of any data-table record, allocations, page checksums; for FFCV files
 its header, descriptors, metadata and allocation table), or byte-level flips, writes, splices, truncations
 and extensions. Beton files are then re-signed (every CRC32 recomputed wherever the header's references lie
-inside the file): checksums protect against accidents, not against whoever edits a file.
+inside the file): checksums protect against accidents, not against whoever edits a file. Half of the byte-level
+damage to beton files is left unsigned instead - an accident (a bad disk, a broken copy) - and must be flagged:
+``beton.verify`` raises, or every sample still reads as in the intact file.
 
 Each case runs in a worker process (several cases per process, a fresh process after any crash): open,
 ``reader[i]`` for every sample, ``beton.verify``, ``beton info``'s description, and a Loader epoch with the
@@ -22,6 +24,7 @@ default pipelines (plus a RandomResizedCrop epoch through the process cache for 
     crash       the worker died (a signal, or an exit the file caused): a bug
     hang        no answer within --timeout seconds: a bug
     memory      the worker went over --kill-rss (default 2 GiB) and was killed: a bug
+    unflagged   accidental (unsigned) damage that verify passed and that changed what a sample reads: a bug
 
 plus the number of cases whose peak RSS (the worker's VmHWM, reset before every case) exceeded 1 GiB, the worst
 peak and the slowest case. Exit status 1 when any case is a bug or went over 1 GiB.
@@ -52,7 +55,8 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FFCV_FIXTURES = ROOT / "tests" / "data" / "ffcv"
-BUGS = ("other", "crash", "hang", "memory")
+BUGS = ("other", "crash", "hang", "memory", "unflagged")
+UNSIGNED = " (unsigned)"
 RSS_GOAL = 1 << 30
 MAX_SAMPLES_READ = 64
 
@@ -400,6 +404,8 @@ def make_case(case: int, seeds: dict[str, pathlib.Path], dtypes: dict[str, np.dt
     content = seeds[name].read_bytes()
     if rng.random() < 0.2:
         what, mutated = mutate_bytes(content, rng)
+        if not name.startswith("ffcv") and rng.random() < 0.5:
+            return f"{name}: {what}{UNSIGNED}", mutated  # an accident: the checksums must catch it
         return f"{name}: {what}", resign(mutated)
     if name.startswith("ffcv"):
         what, mutated = mutate_ffcv(content, rng)
@@ -411,9 +417,19 @@ def make_case(case: int, seeds: dict[str, pathlib.Path], dtypes: dict[str, np.dt
 # ---- running a case ----------------------------------------------------------------------------------------
 
 
-def exercise(path: str, case: int) -> list[Callable[[], None]]:
+class UnflaggedWrongData(Exception):
+    """Accidental damage that ``beton.verify`` passed and that changed what a sample reads."""
+
+
+def original_of(what: str, seeds: dict[str, pathlib.Path]) -> str | None:
+    """The intact seed file of an unsigned (accidental) case, else None."""
+    return str(seeds[what.split(":", 1)[0]]) if what.endswith(UNSIGNED) else None
+
+
+def exercise(path: str, case: int, original: str | None = None) -> list[Callable[[], None]]:
     """Everything a user does with a downloaded file, as independent steps: open and read every sample, describe
-    it (``beton info``), verify it, load an epoch with default pipelines and one with image crops."""
+    it (``beton info``), verify it, load an epoch with default pipelines and one with image crops; for accidental
+    damage, also that whatever verify passes reads as the intact ``original``."""
     import beton
     from beton.cli import describe
     from beton.fields import RGBImageField, UnknownField
@@ -448,7 +464,30 @@ def exercise(path: str, case: int) -> list[Callable[[], None]]:
         if crops:
             _epoch(path, {**{name: None for name in fields}, **crops}, os_cache=case % 2 == 1)
 
-    return [read, lambda: beton.verify(path), epochs]
+    def flagged_or_unchanged() -> None:
+        try:
+            beton.verify(path)
+            with beton.Reader(path) as damaged, beton.Reader(original) as intact:
+                if len(damaged) != len(intact):
+                    raise UnflaggedWrongData(f"{len(damaged)} samples instead of {len(intact)}")
+                for index in range(len(intact)):
+                    if not _same(damaged[index], intact[index]):
+                        raise UnflaggedWrongData(f"sample {index} reads differently and verify passed")
+        except beton.errors.BetonError:
+            pass  # flagged: on open, by verify, or when the sample is read
+
+    return [read, lambda: beton.verify(path), epochs] + ([flagged_or_unchanged] if original else [])
+
+
+def _same(first: Any, second: Any) -> bool:
+    if isinstance(first, tuple) and isinstance(second, tuple):
+        return len(first) == len(second) and all(_same(a, b) for a, b in zip(first, second))
+    if isinstance(first, np.ndarray) or isinstance(second, np.ndarray):
+        return (isinstance(first, np.ndarray) and isinstance(second, np.ndarray) and first.dtype == second.dtype
+                and np.array_equal(first, second))
+    if hasattr(first, "equal") and hasattr(second, "equal"):  # torch tensors (bfloat16 has no numpy view)
+        return first.dtype == second.dtype and first.shape == second.shape and bool(first.equal(second))
+    return type(first) is type(second) and first == second
 
 
 def _epoch(path: str, pipelines: dict, os_cache: bool) -> None:
@@ -468,6 +507,8 @@ def classify(steps: list[Callable[[], None]]) -> tuple[str, str]:
     for step in steps:
         try:
             step()
+        except UnflaggedWrongData as error:
+            return "unflagged", str(error)
         except BetonError as error:
             if outcome == "ok":
                 outcome, detail = "BetonError", f"{type(error).__name__}: {str(error)[:300]}"
@@ -486,7 +527,7 @@ def worker() -> None:
         request = json.loads(line)
         _reset_peak_rss()
         start = time.perf_counter()
-        outcome, detail = classify(exercise(request["path"], request["case"]))
+        outcome, detail = classify(exercise(request["path"], request["case"], request.get("original")))
         answers.write(json.dumps({"outcome": outcome, "detail": detail, "seconds": time.perf_counter() - start,
                                   "rss": _peak_rss()}) + "\n")
         answers.flush()
@@ -529,10 +570,10 @@ class Worker:
                                                 stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
         return self.process
 
-    def run(self, path: str, case: int) -> dict:
+    def run(self, path: str, case: int, original: str | None = None) -> dict:
         process = self._start()
         # the first case of a fresh worker also waits for its imports
-        process.stdin.write((json.dumps({"path": path, "case": case}) + "\n").encode())
+        process.stdin.write((json.dumps({"path": path, "case": case, "original": original}) + "\n").encode())
         process.stdin.flush()
         start, peak = time.monotonic(), 0
         while True:
@@ -620,7 +661,7 @@ def fuzz(cases: range, jobs: int = 2, timeout: float = 60.0, kill_rss: int = 2 <
                     what, content = make_case(case, seeds, dtypes)
                     path = folder / f"case{slot}.beton"
                     path.write_bytes(content)
-                    result = runner.run(str(path), case)
+                    result = runner.run(str(path), case, original_of(what, seeds))
                     with lock:
                         summary.add(case, what, result)
                         done = sum(summary.counts.values())
@@ -660,7 +701,7 @@ def replay(case: int, keep: pathlib.Path | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         print(f"case {case}: {what} -> {path}")
-        print(classify(exercise(str(path), case)))
+        print(classify(exercise(str(path), case, original_of(what, seeds))))
 
 
 def main(argv: list[str] | None = None) -> int:
