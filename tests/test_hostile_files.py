@@ -31,7 +31,8 @@ from beton._file_builder import header_bytes
 from beton.cli import describe
 from beton.errors import BetonError, DecodeError, FormatError
 from beton.fields import Encoded, Field, IntField, JSONField, NDArrayField, RGBImageField, TorchTensorField
-from beton.fields.decoders import CenterCropRGBImageDecoder, JSONDecoder, RandomResizedCropRGBImageDecoder
+from beton.fields.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RandomResizedCropRGBImageDecoder,
+                                   SimpleRGBImageDecoder)
 from beton.transforms import ToTensor
 
 from conftest import write
@@ -216,6 +217,23 @@ def test_a_zero_height_image_does_not_divide_by_zero_in_a_crop(files, tmp_path):
                     pipelines={"image": [RandomResizedCropRGBImageDecoder((8, 8)), ToTensor()]}) as loader:
             for _ in loader:
                 pass
+
+
+@pytest.mark.parametrize("height, width", [(24, 41), (30, 40), (20, 40)])
+def test_a_jpeg_whose_record_claims_another_size_is_an_error_in_every_decoder(files, tmp_path, height, width):
+    """The default image pipeline decoded a smaller JPEG into the front of the slot's buffer and returned the
+    rest as whatever the slot held (stale batches, or uninitialised memory)."""
+
+    def edit(forged: Forged) -> None:
+        forged.data["image"]["height"][:] = height
+        forged.data["image"]["width"][:] = width
+    path = forge(files, tmp_path, "jpg", edit)
+    for pipeline in ([SimpleRGBImageDecoder(), ToTensor()], [RandomResizedCropRGBImageDecoder((8, 8)), ToTensor()],
+                     [CenterCropRGBImageDecoder((8, 8)), ToTensor()]):
+        with pytest.raises(DecodeError, match="the data table says|metadata says|cannot be decoded"):
+            with Loader(path, batch_size=3, num_workers=1, pipelines={"image": pipeline}) as loader:
+                for _ in loader:
+                    pass
 
 
 @pytest.mark.parametrize("field, size", [("arr", 40), ("tensor", 20), ("arr", 0)])

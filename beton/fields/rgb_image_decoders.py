@@ -266,9 +266,12 @@ class SimpleRGBImageDecoder(SampleOperation):
             payload = progressive_prefix(payload, metadata, _fidelity(self, context),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             try:
-                simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
+                decoded = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
             except ValueError as error:
                 raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+            if decoded.shape[:2] != (height, width):  # a smaller JPEG fills only the front of the slot's buffer
+                raise DecodeError(f"JPEG is {decoded.shape[1]}x{decoded.shape[0]}, the data table says "
+                                  f"{width}x{height}")
         elif metadata["mode"] == IMAGE_MODES["lossless"]:
             out[...] = decode_lossless_region(payload, height, width, channels, 0, 0, height, width, context.scratch,
                                               out.dtype)
