@@ -404,6 +404,21 @@ def test_an_image_record_beyond_the_pixel_cap_is_refused_before_any_allocation(f
         assert reader.data_table["image"]["height"][1] == 30000
 
 
+def test_slots_for_huge_records_are_refused_not_allocated(files, tmp_path):
+    """JPEG records within the pixel cap (11000x11000 each) made Loader() ask numpy for over 20 GiB per slot
+    for the default (whole-image) decoder: a foreign MemoryError, or an out-of-memory kill. Slots beyond the
+    machine's memory are now refused with a LoaderError naming the pipeline."""
+    def edit(forged: Forged) -> None:
+        forged.data["image"]["height"][:] = forged.data["image"]["width"][:] = 11000
+    path = forge(files, tmp_path, "jpg", edit)
+    with pytest.raises(beton.LoaderError, match=r"batch slots would need .* GiB .*pipeline 'image'"):
+        Loader(path, batch_size=64, num_workers=1)
+    with Loader(path, batch_size=64, num_workers=1,  # a crop decoder's slots do not depend on the records
+                pipelines={"image": [CenterCropRGBImageDecoder((8, 8)), ToTensor()]}) as loader:
+        with pytest.raises(DecodeError):  # the JPEGs are 24x40, not what the records say
+            next(iter(loader))
+
+
 def test_a_jpeg_larger_than_its_record_is_refused_before_decoding(files, tmp_path):
     def edit(forged: Forged) -> None:
         forged.allocations[1, 0] = forged.add_payload(jpeg_claiming(30000, 30000))
@@ -489,6 +504,34 @@ def test_the_tile_decoder_checks_its_arguments_itself(files):
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["refused"] * 6
+
+
+def test_the_compiled_tile_decoder_refuses_geometry_that_does_not_fit(files):
+    """The guards inside the numba kernel itself (the Python checks above stop every case before it)."""
+    result = run_isolated(f"""
+        import numpy as np
+        import beton
+        from beton.fields.lossless_codec import _check_header, _decode_tiles
+        reader = beton.Reader({str(files["lossless"])!r})
+        payload = np.array(reader.payload(0, "image"))
+        tile_log2, bits = _check_header(payload, 24, 40)
+        side = 1 << tile_log2
+        tiles_y, tiles_x = -(-24 // side), -(-40 // side)
+
+        def run(channels=3, plane_rows=side, residual_count=side * side, out_shape=(24, 40, 3),
+                ty=(0, tiles_y), tx=(0, tiles_x)):
+            planes = np.zeros((channels, plane_rows, side), np.uint8)
+            residuals = np.zeros(residual_count, np.int32)
+            out = np.zeros(out_shape, np.uint8)
+            return _decode_tiles(payload, 24, 40, tile_log2, ty[0], ty[1], tx[0], tx[1], planes, residuals, out, bits)
+
+        print(run())  # the intact call decodes: -1
+        for bad in (dict(channels=2, out_shape=(24, 40, 2)), dict(plane_rows=1), dict(residual_count=8),
+                    dict(out_shape=(10, 40, 3)), dict(ty=(0, tiles_y + 1)), dict(tx=(-1, tiles_x))):
+            print(run(**bad))
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["-1"] + ["-2"] * 6
 
 
 def test_a_lossless_payload_of_another_depth_than_its_field_is_refused(files, tmp_path):

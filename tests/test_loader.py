@@ -372,3 +372,13 @@ def test_order_kwargs_reach_the_order_class(image_file):
         assert loader.order.window_pages == 1
     with pytest.raises(ValueError, match="not an instance"):
         Loader(image_file, batch_size=16, order=beton.order.RandomOrder(), order_kwargs={"x": 1})
+
+
+def test_set_epoch_after_an_interrupted_epoch_moves_the_checkpoint_too(image_file):
+    with Loader(image_file, batch_size=16, num_workers=2, order=OrderOption.RANDOM, seed=5) as loader:
+        for number, _ in enumerate(loader):
+            if number == 3:
+                break
+        assert loader.state_dict()["epoch"] == 0
+        loader.set_epoch(5)  # a DDP loop that sets the epoch and checkpoints before iterating
+        assert loader.state_dict() == {"seed": 5, "epoch": 5, "position": 0}

@@ -155,9 +155,10 @@ class EpochIterator:
         if not ok:
             self.close()
             raise value
+        finished = self._finish(value)
         self.consumed += 1
-        self._delivered(self.position)
-        return self._finish(value)
+        self._delivered(self.position)  # only once the batch is the loop's: a pinning error leaves it undelivered
+        return finished
 
     def supersede(self) -> None:
         """Close because the Loader starts another epoch; a later ``next()`` raises instead of ending quietly."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from beton._cores import resolve_workers
-from beton.errors import PipelineError
+from beton.errors import LoaderError, PipelineError
 from beton.fields.base import Field
 from beton.fields.rgb_image import RGBImageField
 from beton.loader.epoch import EpochIterator
@@ -53,8 +53,9 @@ class Loader:
         distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
         seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
-            None, rank 0 draws one and broadcasts it when a process group exists; with ``rank=``/``world_size=``
-            and no process group, the seed is 0 (as FFCV's).
+            None, rank 0 draws one and broadcasts it through the process group (a collective call: every rank
+            builds its Loader, as DDP code does); with ``rank=``/``world_size=`` given by hand, the seed is 0
+            (as FFCV's).
         indices: the subset of samples to load (in this order for SEQUENTIAL).
         pipelines: field name -> list of operations; a missing field gets its default decoder and
             ToTensor; ``None`` drops the field.
@@ -145,7 +146,7 @@ class Loader:
         self.overwrite_kept = overwrite_kept
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
-        self.seed = _agree_seed(seed, self.world_size)
+        self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
         self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window, order_kwargs or {})
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
@@ -175,7 +176,11 @@ class Loader:
             (step.output, step.position): step.operation.kernel_arguments(step.input_state)
             for stage in self.plan.stages if stage.kind == "jit" for step in stage.steps
         }
-        self._slots = [self._new_buffers() for _ in range(self.num_slots)]
+        self._check_slot_memory()
+        try:
+            self._slots = [self._new_buffers() for _ in range(self.num_slots)]
+        except MemoryError:
+            raise LoaderError(f"{self._slot_memory_text()}: the allocation failed") from None
         self._unreferenced = max(_reference_counts(self._new_buffers()), default=0)
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
                 [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
@@ -270,6 +275,7 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
         self._next_epoch, self._next_position = int(epoch), 0
+        self._progress = None  # state_dict() now names this epoch's start, not an interrupted one
 
     def _make_job(self, local: int, index: int, samples: np.ndarray, epoch: int, keys: dict, slot: int) -> BatchJob:
         sources = [self.memory.source(metadata, column, samples, local, slot)
@@ -283,6 +289,23 @@ class Loader:
             return run_batch(self.plan, self._kernel_arguments, self._slots[slot], job)
         finally:
             self.memory.batch_done(job.position)
+
+    def _check_slot_memory(self) -> None:
+        # A file's image records may claim large sizes (up to the pixel cap each): what the slots need follows
+        # from them, and is refused when it exceeds the machine's memory rather than failing in numpy.
+        if _slot_bytes(self.plan, self.batch_size) * self.num_slots > _physical_memory():
+            raise LoaderError(f"{self._slot_memory_text()}, more than this machine's "
+                              f"{_physical_memory() / 2**30:.1f} GiB of memory")
+
+    def _slot_memory_text(self) -> str:
+        largest = max(range(len(self.plan.buffers)), key=lambda b: _buffer_bytes(self.plan.buffers[b], 1))
+        owner = next((self.plan.output_names[step.output] for stage in self.plan.stages for step in stage.steps
+                      if step.buffer == largest), "?")
+        spec = self.plan.buffers[largest]
+        return (f"the batch slots would need {_slot_bytes(self.plan, self.batch_size) * self.num_slots / 2**30:.1f} "
+                f"GiB ({self.num_slots} slots of batch_size={self.batch_size}; the largest buffer is pipeline "
+                f"{owner!r}'s {spec.shape} {spec.dtype} per sample: the largest image in the file, for a decoder "
+                "that keeps sizes; a crop decoder, a smaller batch_size or max_image_pixels= bound it)")
 
     def _new_buffers(self) -> list[np.ndarray]:
         return [np.empty((self.batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
@@ -386,6 +409,21 @@ class _Progress:
         self.position = position
 
 
+def _buffer_bytes(spec: Any, batch_size: int) -> int:
+    return batch_size * int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
+def _slot_bytes(plan: Plan, batch_size: int) -> int:
+    return sum(_buffer_bytes(spec, batch_size) for spec in plan.buffers)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no bound known
+        return 1 << 62
+
+
 def _pipelines_fingerprint(pipelines: Mapping[str, Sequence[Any] | None] | None) -> tuple:
     """What the user's pipelines hold now, to notice between epochs an operation changed in place (ffcv-imagenet
     sets ``decoder.output_size`` before each epoch)."""
@@ -406,13 +444,14 @@ def _reference_counts(buffers: list[np.ndarray]) -> list[int]:
     return [sys.getrefcount(buffer) for buffer in buffers]
 
 
-def _agree_seed(seed: int | None, world_size: int) -> int:
-    """The seed every rank uses: the given one; else one drawn (one rank) or agreed on by all ranks."""
+def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
+    """The seed every rank uses: the given one; else one drawn (one rank), broadcast from rank 0 when the shard
+    comes from the process group (``collective``: every rank builds its Loader), else 0."""
     if seed is not None:
         return int(seed)
     if world_size == 1:
         return secrets.randbits(63)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if collective:
         drawn = [secrets.randbits(63) if torch.distributed.get_rank() == 0 else None]
         torch.distributed.broadcast_object_list(drawn, src=0)
         return int(drawn[0])
