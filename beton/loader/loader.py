@@ -78,7 +78,9 @@ class Loader:
         readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
             only touched pages are read from storage (random access, progressive-JPEG fidelity).
         recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
-            ...``) is noticed at the next ``iter(loader)``, which plans and allocates again.
+            ...``) is noticed at the next ``iter(loader)``, which plans and allocates again. Changes are found by
+            comparing the operations' attributes as their repr shows them: edit a large array inside an
+            operation in place and the change goes unseen; replace the operation (or the array) instead.
         max_image_pixels: refuse files holding an image of more decoded pixels (see :class:`~beton.Reader`);
             by default ``$BETON_MAX_IMAGE_PIXELS`` or 2**27; None lifts the cap.
         order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM, or
