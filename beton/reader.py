@@ -21,7 +21,6 @@ import math
 import os
 import zlib
 from collections.abc import Mapping
-from importlib import metadata as importlib_metadata
 from typing import Any, Literal
 
 import numpy as np
@@ -31,7 +30,7 @@ from beton import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
-from beton.fields.registry import ENTRY_POINT_GROUP, registered_fields, resolve_field_class, unregistered_reason
+from beton.fields.registry import FieldClasses, unregistered_reason
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
 
@@ -410,23 +409,13 @@ def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: i
 
 def _instantiate_fields(descriptors: Mapping[str, FieldDescriptor],
                         custom_fields: Mapping[str, type[Field]] | None) -> dict[str, Field]:
-    vouched = _vouched_type_names(custom_fields)
-    return {name: _instantiate_field(descriptor, custom_fields, vouched) for name, descriptor in descriptors.items()}
+    classes = FieldClasses(BUILTIN_FIELDS, custom_fields)  # once per file, however many fields it names
+    return {name: _instantiate_field(descriptor, classes) for name, descriptor in descriptors.items()}
 
 
-def _vouched_type_names(custom_fields: Mapping[str, type[Field]] | None) -> set[str]:
-    """Every name a stored field could be resolved by (see :mod:`beton.fields.registry`), gathered once per
-    file: a file naming thousands of unknown types must not cost a scan of the installed packages each."""
-    entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return {*BUILTIN_FIELDS, *(custom_fields or {}), *registered_fields(), *(entry.name for entry in entry_points)}
-
-
-def _instantiate_field(descriptor: FieldDescriptor, custom_fields: Mapping[str, type[Field]] | None,
-                       vouched: set[str]) -> Field:
+def _instantiate_field(descriptor: FieldDescriptor, classes: FieldClasses) -> Field:
     with error_context(field=descriptor.name):
-        known = descriptor.type_name in vouched or descriptor.name in (custom_fields or {})
-        cls = resolve_field_class(descriptor.type_name, descriptor.name, BUILTIN_FIELDS, custom_fields) \
-            if known else None
+        cls = classes.resolve(descriptor.type_name, descriptor.name)
         if cls is None:
             return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
                                 descriptor.has_payload, unregistered_reason(descriptor.type_name, descriptor.name))

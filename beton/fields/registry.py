@@ -25,7 +25,7 @@ from typing import TypeVar
 from beton.errors import FieldError
 from beton.fields.base import Field
 
-__all__ = ["register", "unregister", "registered_fields", "resolve_field_class", "ENTRY_POINT_GROUP"]
+__all__ = ["register", "unregister", "registered_fields", "FieldClasses", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "beton.fields"
 
@@ -65,37 +65,36 @@ def registered_fields() -> dict[str, type[Field]]:
         return dict(_registered)
 
 
-def resolve_field_class(
-    type_name: str, field_name: str, builtins: Mapping[str, type[Field]],
-    custom_fields: Mapping[str, type[Field]] | None,
-) -> type[Field] | None:
-    """The class for a stored field, from the sources the module docstring lists; None when none vouches for it.
+class FieldClasses:
+    """The classes the program vouches for (the sources the module docstring lists), gathered once - per
+    opened file - so that resolving each stored name costs no scan of the installed packages."""
 
-    Raises FieldError when a class given by the program is no Field subclass.
-    """
-    custom_fields = custom_fields or {}
-    for key in (field_name, type_name):
-        if key in custom_fields:
-            return _check_field_class(custom_fields[key], type_name)
-    if type_name in builtins:
-        return builtins[type_name]
-    with _lock:
-        found = _registered.get(type_name)
-    if found is not None:
-        return found
-    return _from_entry_point(type_name)
+    def __init__(self, builtins: Mapping[str, type[Field]], custom_fields: Mapping[str, type[Field]] | None) -> None:
+        self._builtins = dict(builtins)
+        self._custom = dict(custom_fields or {})
+        self._registered = registered_fields()
+        self._entry_points: dict[str, importlib_metadata.EntryPoint] = {}
+        for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+            self._entry_points.setdefault(entry.name, entry)  # the first installed one, as a scan finds it
 
-
-def _from_entry_point(type_name: str) -> type[Field] | None:
-    for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name == type_name:
-            try:
-                loaded = entry.load()
-            except Exception as error:  # noqa: BLE001 - an installed package's fault, reported as a FieldError
-                raise FieldError(f"field type {type_name!r}: its entry point {entry.value!r} failed to load: "
-                                 f"{error}") from error
-            return _check_field_class(loaded, type_name)
-    return None
+    def resolve(self, type_name: str, field_name: str) -> type[Field] | None:
+        """The class for a stored field; None when nothing vouches for it. Raises FieldError when a class given
+        by the program is no Field subclass, or an installed entry point fails to load."""
+        for key in (field_name, type_name):
+            if key in self._custom:
+                return _check_field_class(self._custom[key], type_name)
+        found = self._builtins.get(type_name) or self._registered.get(type_name)
+        if found is not None:
+            return found
+        entry = self._entry_points.get(type_name)
+        if entry is None:
+            return None
+        try:
+            loaded = entry.load()
+        except Exception as error:  # noqa: BLE001 - an installed package's fault, reported as a FieldError
+            raise FieldError(f"field type {type_name!r}: its entry point {entry.value!r} failed to load: "
+                             f"{error}") from error
+        return _check_field_class(loaded, type_name)
 
 
 def _check_field_class(candidate: object, type_name: str) -> type[Field]:
