@@ -44,7 +44,7 @@ import numpy as np
 from beton.errors import FieldError, FormatError
 from beton.format import ReadLimits
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "first_bad_record"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "first_bad_record", "decoders_on_demand"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,3 +166,18 @@ class UnknownField(Field):
 
     def describe(self) -> str:
         return f"<unknown {self.stored_name}>({self.stored_arguments})"
+
+
+def decoders_on_demand(module: str, names: tuple[str, ...]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` giving the decoders ``names`` from :mod:`beton.fields.decoders` (FFCV keeps a
+    field's decoders in the field's module). Loaded on first use: the decoders import the field modules."""
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            from beton.fields import decoders
+
+            return getattr(decoders, name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+

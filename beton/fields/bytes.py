@@ -10,7 +10,7 @@ import numpy as np
 
 from beton import _json
 from beton.errors import DecodeError, EncodeError
-from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand
 
 __all__ = ["BytesField", "JSONField", "decode_json"]
 
@@ -75,14 +75,6 @@ def decode_json(data: bytes) -> Any:
         raise DecodeError(f"stored JSON is invalid: {error}") from None
 
 
-# FFCV's import paths (``ffcv.fields.bytes``) also hold the decoders. They live in beton.fields.decoders
-# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
-_FFCV_DECODERS = ('BytesDecoder', 'JSONDecoder')
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FFCV_DECODERS:
-        from beton.fields import decoders
-
-        return getattr(decoders, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# FFCV's import path ``ffcv.fields.bytes`` also holds its decoders.
+__getattr__ = decoders_on_demand(
+    __name__, ('BytesDecoder', 'JSONDecoder'))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from beton.errors import DecodeError, EncodeError, FieldError, FormatError
-from beton.fields.base import Encoded, EncodeContext, Field, first_bad_record
+from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand, first_bad_record
 from beton.format import ReadLimits, dtype_from_descr
 
 __all__ = ["NDArrayField", "TorchTensorField", "TORCH_DTYPES"]
@@ -177,18 +177,10 @@ class TorchTensorField(Field):
         return {"dtype": self.dtype, "shape": list(self.shape)}
 
 
-
 def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(size for size in shape if size != 1)
 
-# FFCV's import paths (``ffcv.fields.ndarray``) also hold the decoders. They live in beton.fields.decoders
-# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
-_FFCV_DECODERS = ('NDArrayDecoder', 'TorchTensorDecoder')
 
-
-def __getattr__(name: str) -> Any:
-    if name in _FFCV_DECODERS:
-        from beton.fields import decoders
-
-        return getattr(decoders, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# FFCV's import path ``ffcv.fields.ndarray`` also holds its decoders.
+__getattr__ = decoders_on_demand(
+    __name__, ('NDArrayDecoder', 'TorchTensorDecoder'))

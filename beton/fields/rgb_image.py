@@ -37,7 +37,7 @@ import numpy as np
 import simplejpeg
 
 from beton.errors import DecodeError, EncodeError, FieldError
-from beton.fields.base import Encoded, EncodeContext, Field, first_bad_record
+from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand, first_bad_record
 from beton.fields.lossless_codec import decode_lossless, encode_lossless
 from beton.format import MAX_IMAGE_PIXELS_VARIABLE, ReadLimits
 
@@ -443,14 +443,6 @@ def _gather_scans(span: np.ndarray, metadata: np.void, count: int, buffer: Any) 
     return out
 
 
-# FFCV's import paths (``ffcv.fields.rgb_image``) also hold the decoders. They live in beton.fields.decoders
-# (pipeline operations import this module, so they cannot be imported here eagerly): loaded on first use.
-_FFCV_DECODERS = ('SimpleRGBImageDecoder', 'RandomResizedCropRGBImageDecoder', 'CenterCropRGBImageDecoder')
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FFCV_DECODERS:
-        from beton.fields import decoders
-
-        return getattr(decoders, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# FFCV's import path ``ffcv.fields.rgb_image`` also holds its decoders.
+__getattr__ = decoders_on_demand(
+    __name__, ('SimpleRGBImageDecoder', 'RandomResizedCropRGBImageDecoder', 'CenterCropRGBImageDecoder'))
