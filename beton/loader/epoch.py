@@ -74,16 +74,14 @@ class _EpochState:
 
 def _work(state: _EpochState, compute: Callable[[int], tuple]) -> None:
     while (batch := state.take_batch()) is not None:
-        try:
-            state.publish(batch, True, compute(batch))
-        except BaseException as error:  # noqa: BLE001 - every failure must reach the consumer
-            state.publish(batch, False, error)
+        _compute_and_publish(state, batch, compute)
 
 
-def _compute_here(state: _EpochState, batch: int, compute: Callable[[int], tuple]) -> None:
+def _compute_and_publish(state: _EpochState, batch: int, compute: Callable[[int], tuple]) -> None:
+    """Publish the batch's outputs, or whatever it raised: every failure must reach the consumer."""
     try:
         state.publish(batch, True, compute(batch))
-    except BaseException as error:  # noqa: BLE001 - raised by __next__ like a worker's error
+    except BaseException as error:  # noqa: BLE001 - raised again by __next__ in the consumer
         state.publish(batch, False, error)
 
 
@@ -144,7 +142,7 @@ class EpochIterator:
             self.close()
             raise StopIteration
         if not self._threads:
-            _compute_here(state, batch, self._compute)
+            _compute_and_publish(state, batch, self._compute)
         with state.condition:
             state.requested = batch + 1  # the previous batch's slot may be reused from now on
             state.condition.notify_all()

@@ -183,7 +183,8 @@ class Loader:
             self._slots = [self._new_buffers() for _ in range(self.num_slots)]
         except MemoryError:
             raise LoaderError(f"{self._slot_memory_text()}: the allocation failed") from None
-        self._unreferenced = max(_reference_counts(self._new_buffers()), default=0)
+        # a buffer's count as seen from _reference_counts when only its slot list holds it (whatever its size)
+        self._unreferenced = _reference_counts([np.empty(0, np.uint8)])[0]
         warm_up(self.plan, self._kernel_arguments, self._slots[0],
                 [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
 
