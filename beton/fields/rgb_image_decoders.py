@@ -37,7 +37,7 @@ from beton.fields.rgb_image import _JPEG_COLORSPACES, IMAGE_MODES, JPEG_MODES, R
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, SourceState, State
 
 __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder",
-           "choose_dct_factor"]
+           "choose_dct_factor", "resize_into", "single_threaded_opencv"]
 
 _DCT_FACTORS = (8, 4, 2, 1)
 # Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost (~8x).
@@ -50,7 +50,7 @@ _DCT_MARGIN = 1.25
 
 
 @functools.cache
-def _single_threaded_opencv() -> None:
+def single_threaded_opencv() -> None:
     # The worker threads are the parallelism; OpenCV's own pool would oversubscribe the cores.
     cv2.setNumThreads(1)
 
@@ -70,7 +70,8 @@ def _image_field(operation: Any, previous: Any) -> RGBImageField:
     return previous.field
 
 
-def _resize_into(region: np.ndarray, out: np.ndarray) -> None:
+def resize_into(region: np.ndarray, out: np.ndarray) -> None:
+    """Resize HxWxC ``region`` into ``out`` with the decoders' filter choice (area when shrinking a lot)."""
     out_height, out_width = out.shape[:2]
     shrink = max(region.shape[0] / out_height, region.shape[1] / out_width)
     interpolation = cv2.INTER_AREA if shrink >= _AREA_ABOVE_SHRINK else cv2.INTER_LINEAR
@@ -120,7 +121,7 @@ class _CropDecoder(SampleOperation):
         raise NotImplementedError
 
     def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
-        _single_threaded_opencv()
+        single_threaded_opencv()
         metadata = src.metadata[sample]
         height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
         payload = src.memory[src.offsets[i] : src.offsets[i] + src.sizes[i]]
@@ -137,7 +138,7 @@ class _CropDecoder(SampleOperation):
         else:
             image = _raw_view(payload, height, width, channels, out.dtype)
             region = image[top : top + crop_height, left : left + crop_width]
-        _resize_into(region, out)
+        resize_into(region, out)
 
     def _decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
                       out_shape: tuple[int, ...], context: BatchContext) -> np.ndarray:

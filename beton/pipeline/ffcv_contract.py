@@ -22,7 +22,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 
@@ -65,7 +64,7 @@ class FFCVOperation(BatchOperation):
         if not callable(function):
             raise PipelineError(f"{self!r}: generate_code must return a function, got {function!r}")
         with_indices = bool(getattr(function, "with_indices", False))
-        compiled = numba.njit(nogil=True)(function) if jit and Compiler.is_enabled else function
+        compiled = Compiler.compile(function) if jit else function
         object.__setattr__(self, "_with_indices", with_indices)
         return compiled
 

@@ -10,15 +10,15 @@ import numba
 import numpy as np
 
 from beton.pipeline.operation import JitOperation, State
+from beton.transforms._selection import chosen_indices, is_chosen
 
 __all__ = ["ReplaceLabel"]
 
 
 @numba.njit(nogil=True, cache=True)
 def _replace_label_kernel(src, dst, i, sample, key, args):
-    chosen, new_label = args  # chosen: sorted dataset indices
-    position = np.searchsorted(chosen, sample)
-    if position < chosen.size and chosen[position] == sample:
+    chosen, new_label = args
+    if is_chosen(chosen, sample):
         dst[i] = new_label
 
 
@@ -41,4 +41,4 @@ class ReplaceLabel(JitOperation):
         return _replace_label_kernel
 
     def kernel_arguments(self, previous: Any) -> tuple:
-        return (np.unique(np.asarray(self.indices, dtype=np.int64)), np.int64(self.new_label))
+        return (chosen_indices(self.indices), np.int64(self.new_label))

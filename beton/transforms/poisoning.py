@@ -12,15 +12,15 @@ import numpy as np
 
 from beton.pipeline.operation import JitOperation, State
 from beton.transforms._image import require_uint8_images
+from beton.transforms._selection import chosen_indices, is_chosen
 
 __all__ = ["Poison"]
 
 
 @numba.njit(nogil=True, cache=True)
 def _poison_kernel(src, dst, i, sample, key, args):
-    chosen, mask, alpha, low, high = args  # chosen: sorted dataset indices; mask and alpha: float32 per pixel
-    position = np.searchsorted(chosen, sample)
-    if position < chosen.size and chosen[position] == sample:
+    chosen, mask, alpha, low, high = args  # mask and alpha: float32 per pixel
+    if is_chosen(chosen, sample):
         image, out = src[i], dst[i]
         for y in range(image.shape[0]):
             for x in range(image.shape[1]):
@@ -59,5 +59,5 @@ class Poison(JitOperation):
     def kernel_arguments(self, previous: Any) -> tuple:
         mask = np.ascontiguousarray(self.mask, dtype=np.float32)
         alpha = np.ascontiguousarray(np.broadcast_to(np.asarray(self.alpha, np.float32), mask.shape))
-        return (np.unique(np.asarray(self.indices, dtype=np.int64)), mask, alpha,
+        return (chosen_indices(self.indices), mask, alpha,
                 np.float32(self.clamp[0]), np.float32(self.clamp[1]))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from beton.fields.image_crops import random_resized_crop
-from beton.fields.rgb_image_decoders import _resize_into, _single_threaded_opencv
+from beton.fields.rgb_image_decoders import resize_into, single_threaded_opencv
 from beton.pipeline.operation import BatchContext, SampleOperation, State
 from beton.transforms._image import require_uint8_images
 
@@ -44,9 +44,9 @@ class RandomResizedCrop(SampleOperation):
         return dataclasses.replace(state, shape=(*self.output_size, state.shape[2]))
 
     def apply(self, src: np.ndarray, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
-        _single_threaded_opencv()
+        single_threaded_opencv()
         image = src[i]
         top, left, height, width = random_resized_crop(
             context.key, sample, image.shape[0], image.shape[1], self.scale[0], self.scale[1],
             math.log(self.ratio[0]), math.log(self.ratio[1]))
-        _resize_into(image[top : top + height, left : left + width], dst[i])
+        resize_into(image[top : top + height, left : left + width], dst[i])
