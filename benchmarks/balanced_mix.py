@@ -23,13 +23,13 @@ import tempfile
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
-from beton.bench.data import DecodedJpegDataset, JpegDataset, make_jpegs
-from beton.bench.report import argument_parser, run_header, save_json
-from beton.bench.timing import epoch_rate
+from beton.tools.bench.data import DecodedJpegDataset, JpegDataset, make_jpegs
+from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import epoch_rate
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-from beton.tune import tune
+from beton.tools.tune import tune
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "balanced_mix.json")
 

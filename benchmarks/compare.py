@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from beton.bench import run_suite
+from beton.tools.bench import run_suite
 
 
 def main() -> None:

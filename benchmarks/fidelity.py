@@ -18,11 +18,11 @@ import tempfile
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
-from beton.bench.data import make_jpegs
-from beton.bench.report import argument_parser, run_header, save_json
-from beton.bench.suite import measured_epoch
+from beton.tools.bench.data import make_jpegs
+from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.suite import measured_epoch
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.transforms import ToTensor
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "fidelity.json")

@@ -155,7 +155,7 @@ class Parts:
 
     @classmethod
     def of(cls, content: bytes, data_dtype: np.dtype) -> Parts:
-        from beton import format as fmt
+        from beton.storage import format as fmt
 
         header = np.frombuffer(content[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE).copy()
         table = {name: content[int(header[0][name]["offset"]) :][: int(header[0][name]["size"])]
@@ -167,7 +167,7 @@ class Parts:
                    np.frombuffer(table["allocation_table"], fmt.ALLOCATION_DTYPE).copy())
 
     def assemble(self) -> bytes:
-        from beton import format as fmt
+        from beton.storage import format as fmt
 
         header = self.header[0]
         page_size = max(int(header["page_size"]), 1)
@@ -189,7 +189,7 @@ class Parts:
 def resign(content: bytes) -> bytes:
     """Recompute the page checksums, every table's CRC32 and the header's, wherever the header's references
     lie inside the file (an attacker's re-signing; the file's other bytes stay as they are)."""
-    from beton import format as fmt
+    from beton.storage import format as fmt
 
     if len(content) < fmt.HEADER_SIZE or content[:8] != fmt.MAGIC:
         return content
@@ -280,7 +280,7 @@ HOSTILE_STRINGS = (
 
 def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator) -> tuple[str, bytes]:
     """One structure-aware change of a table of a beton file, re-signed; returns (what, bytes)."""
-    from beton import format as fmt
+    from beton.storage import format as fmt
 
     parts = Parts.of(content, data_dtype)
     what = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap"][rng.integers(9)]
@@ -337,7 +337,7 @@ def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator)
 
 def mutate_ffcv(content: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     """One structure-aware change of an FFCV file (no checksums to re-sign)."""
-    from beton import ffcv_format
+    from beton.storage import ffcv_format
 
     out = bytearray(content)
     header = np.frombuffer(content[: ffcv_format.HEADER_DTYPE.itemsize], ffcv_format.HEADER_DTYPE).copy()
@@ -431,9 +431,9 @@ def exercise(path: str, case: int, original: str | None = None) -> list[Callable
     it (``beton info``), verify it, load an epoch with default pipelines and one with image crops; for accidental
     damage, also that whatever verify passes reads as the intact ``original``."""
     import beton
-    from beton.cli import describe
+    from beton.tools.cli import describe
     from beton.fields import RGBImageField, UnknownField
-    from beton.fields.decoders import RandomResizedCropRGBImageDecoder
+    from beton.decoders import RandomResizedCropRGBImageDecoder
     from beton.transforms import ToTensor
 
     def read() -> None:

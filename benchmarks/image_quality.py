@@ -23,10 +23,10 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from beton.bench.report import argument_parser, save_json
-from beton.fields.image_crops import random_resized_crop
-from beton.fields.rgb_image_decoders import choose_dct_factor
-from beton.sample_photos import photo_crop
+from beton.tools.bench.report import argument_parser, save_json
+from beton.decoders.image_crops import random_resized_crop
+from beton.decoders.rgb_image import choose_dct_factor
+from beton.tools.sample_photos import photo_crop
 
 OUTPUT = 160
 THRESHOLDS = (2.0, 3.0, float("inf"))

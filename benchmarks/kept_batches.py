@@ -18,10 +18,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 
 from beton import Loader
-from beton.bench import contenders as c
-from beton.bench.data import make_jpegs, make_raw_images
-from beton.bench.report import argument_parser, run_header, save_json
-from beton.bench.timing import alternating_runs, paired_ratio
+from beton.tools.bench import contenders as c
+from beton.tools.bench.data import make_jpegs, make_raw_images
+from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import alternating_runs, paired_ratio
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "kept_batches.json")
 

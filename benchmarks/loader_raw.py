@@ -25,12 +25,12 @@ import numpy as np
 
 import beton
 from beton import Loader, OrderOption
-from beton.bench import contenders
-from beton.bench.data import ArrayDataset, make_raw_images
-from beton.bench.report import run_header, save_json
-from beton.bench.timing import alternating_rates
+from beton.tools.bench import contenders
+from beton.tools.bench.data import ArrayDataset, make_raw_images
+from beton.tools.bench.report import run_header, save_json
+from beton.tools.bench.timing import alternating_rates
 from beton.fields import IntField, NDArrayField
-from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.transforms import ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.normalize import NormalizeImage
@@ -44,7 +44,7 @@ FIRST_BATCH_SCRIPT = textwrap.dedent("""
     import time, sys
     start = time.perf_counter()
     from beton import Loader
-    from beton.fields.decoders import NDArrayDecoder
+    from beton.decoders import NDArrayDecoder
     from beton.transforms import ToTensor
     from beton.transforms.flip import RandomHorizontalFlip
     imported = time.perf_counter()

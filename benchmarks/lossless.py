@@ -21,13 +21,13 @@ import cv2
 import numpy as np
 
 from beton import DatasetWriter
-from beton.bench.contenders import ImageTask, beton_images, torch_images
-from beton.bench.data import ArrayDataset
-from beton.bench.report import argument_parser, run_header, save_json
-from beton.bench.timing import alternating_rates
+from beton.tools.bench.contenders import ImageTask, beton_images, torch_images
+from beton.tools.bench.data import ArrayDataset
+from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import alternating_rates
 from beton.fields import IntField, RGBImageField
-from beton.fields.lossless_codec import decode_lossless, encode_lossless
-from beton.sample_photos import photo_crop
+from beton.codecs.lossless import decode_lossless, encode_lossless
+from beton.tools.sample_photos import photo_crop
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "lossless.json")
 

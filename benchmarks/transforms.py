@@ -18,10 +18,10 @@ import time
 import numpy as np
 
 from beton import transforms as t
-from beton.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.report import argument_parser, run_header, save_json
 from beton.pipeline.operation import BatchContext, JitOperation, Scratch, State
-from beton.pipeline.random import operation_key
-from beton.sample_photos import photo_crop
+from beton.random import operation_key
+from beton.tools.sample_photos import photo_crop
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "transforms.json")
 SIZE, BATCH = 160, 64

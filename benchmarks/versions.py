@@ -21,8 +21,12 @@ import tempfile
 
 MEASURE = """
 import json, sys
-from beton.bench import contenders as c
-from beton.bench.timing import epoch_rate
+try:
+    from beton.tools.bench import contenders as c
+    from beton.tools.bench.timing import epoch_rate
+except ImportError:  # trees before the tools moved into beton/tools
+    from beton.bench import contenders as c
+    from beton.bench.timing import epoch_rate
 paths = json.loads(sys.argv[1])
 builders = {"RRC-160 ~256 px": lambda: c.beton_images(paths["photos"], c.ImageTask("rrc", 160, 64)),
             "CenterCrop-224 ~256 px": lambda: c.beton_images(paths["photos"], c.ImageTask("center", 224, 64)),
@@ -38,8 +42,12 @@ print(json.dumps(rates))
 
 WRITE = """
 import json, sys
-from beton.bench import contenders as c
-from beton.bench.data import make_jpegs, make_raw_images
+try:
+    from beton.tools.bench import contenders as c
+    from beton.tools.bench.data import make_jpegs, make_raw_images
+except ImportError:  # trees before the tools moved into beton/tools
+    from beton.bench import contenders as c
+    from beton.bench.data import make_jpegs, make_raw_images
 paths, images = json.loads(sys.argv[1]), int(sys.argv[2])
 c.write_beton_images(make_jpegs(images, 256), paths["photos"])
 arrays, labels = make_raw_images(images * 10)

@@ -14,11 +14,11 @@ from beton.errors import (
 )
 from beton.loader import Loader
 from beton.order import OrderOption
-from beton.reader import Reader
-from beton.verify import VerifyReport, verify
-from beton.writer import DatasetWriter
+from beton.storage.reader import Reader
+from beton.storage.verify import VerifyReport, verify
+from beton.storage.writer import DatasetWriter
 
-__version__ = "0.1.0"
+from beton._version import __version__
 
 __all__ = [
     "DatasetWriter",

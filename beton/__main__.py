@@ -2,6 +2,6 @@
 
 import sys
 
-from beton.cli import main
+from beton.tools.cli import main
 
 sys.exit(main())

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_JSON_DEPTH", "loads", "nesting_depth"]
+from beton.errors import DecodeError
+
+__all__ = ["MAX_JSON_DEPTH", "loads", "nesting_depth", "decode_payload"]
 
 #: Deepest nesting of arrays and objects accepted in any JSON a file holds (arguments, dtypes, payloads).
 MAX_JSON_DEPTH = 200
@@ -49,3 +51,11 @@ def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
         return json.loads(raw.decode("utf-8"))
     except RecursionError:  # only reachable when called from an already deep stack
         raise ValueError("JSON nests too deeply for the current recursion limit") from None
+
+
+def decode_payload(data: bytes) -> Any:
+    """A stored JSON document (a JSONField payload); DecodeError when it is invalid or nests too deeply."""
+    try:
+        return loads(data)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, too deep
+        raise DecodeError(f"stored JSON is invalid: {error}") from None

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import numpy as np
 
 __all__ = [
     "BetonError",
@@ -129,3 +131,12 @@ def error_context(**where: object) -> Iterator[None]:
             if getattr(error, name, None) is None:
                 setattr(error, name, value)
         raise
+
+
+def first_bad_record(bad: np.ndarray, message: Callable[[int], str]) -> None:
+    """Raise FormatError(message(sample)) naming the first sample whose entry of the mask ``bad`` is True."""
+    if bad.any():
+        sample = int(np.flatnonzero(bad)[0])
+        error = FormatError(message(sample))
+        error.sample = sample
+        raise error

@@ -22,9 +22,9 @@ import simplejpeg
 import torch
 
 from beton import Loader, OrderOption
-from beton.convert import convert_image_folder
-from beton.fields.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.sample_photos import PHOTO_NAMES, photo_crop
+from beton.tools.convert import convert_image_folder
+from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.tools.sample_photos import PHOTO_NAMES, photo_crop
 from beton.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToDevice, ToTensor, ToTorchImage
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]

@@ -31,7 +31,7 @@ class DigitsData(lightning.LightningDataModule):
         self.train_path, self.test_path = write_splits(self.directory)
 
     def _loader(self, path: str, train: bool) -> Loader:
-        from beton.fields.decoders import IntDecoder, SimpleRGBImageDecoder
+        from beton.decoders import IntDecoder, SimpleRGBImageDecoder
         from beton.transforms import Convert, NormalizeImage, RandomTranslate, ToTensor, ToTorchImage
 
         image = [SimpleRGBImageDecoder(), *([RandomTranslate(1)] if train else []), ToTensor(), ToTorchImage(),

@@ -18,10 +18,10 @@ import numpy as np
 
 import beton
 from beton import Loader, OrderOption
-from beton.cli import describe
+from beton.tools.cli import describe
 from beton.fields import IntField, JSONField, RGBImageField
-from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.sample_photos import PHOTO_NAMES, photo_crop
+from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.tools.sample_photos import PHOTO_NAMES, photo_crop
 from beton.transforms import RandomBrightness, RandomHorizontalFlip, ToTensor
 
 

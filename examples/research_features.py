@@ -21,10 +21,10 @@ import numpy as np
 import beton
 from beton import Loader, OrderOption
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.sample_photos import photo_crop
+from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-from beton.tune import tune
+from beton.tools.tune import tune
 
 BATCH = 32
 

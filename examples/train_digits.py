@@ -21,7 +21,7 @@ from sklearn.datasets import load_digits
 import beton
 from beton import Loader, OrderOption
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import IntDecoder, SimpleRGBImageDecoder
+from beton.decoders import IntDecoder, SimpleRGBImageDecoder
 from beton.transforms import Convert, NormalizeImage, RandomTranslate, ToTensor, ToTorchImage
 
 TARGET_ACCURACY = 0.95

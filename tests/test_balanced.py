@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 import beton
 from beton import Loader, OrderOption
-from beton.bench.data import make_jpegs
+from beton.tools.bench.data import make_jpegs
 from beton.errors import PipelineError
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.order import BalancedOrder, OrderContext
 from beton.order.balanced import batch_composition
 from beton.transforms import ToTensor
-from beton.tune import HostProfile, plan_mix, tune, write_balanced
+from beton.tools.tune import HostProfile, plan_mix, tune, write_balanced
 
 from conftest import write
 
@@ -133,7 +133,7 @@ def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path
     assert measured.decode_seconds_per_pixel + measured.decode_seconds_per_byte > 0
     assert measured.read_bytes_per_second == 5e6 and measured.pipeline_seconds_per_image > 0
     output = tmp_path / "cli.beton"
-    done = subprocess.run([sys.executable, "-m", "beton.cli", "tune", str(jpeg_file), "-o", str(output),
+    done = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "-o", str(output),
                            "--batch-size", "16", "--read-bandwidth", "5", "--num-workers", "0"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

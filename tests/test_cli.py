@@ -7,7 +7,7 @@ import sys
 
 
 def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.cli", *map(str, arguments)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -44,7 +44,7 @@ def make_image_folder(root, classes=("cat", "dog"), per_class=3):
     import cv2
     import simplejpeg
 
-    from beton.sample_photos import photo_crop
+    from beton.tools.sample_photos import photo_crop
 
     for label, name in enumerate(classes):
         folder = root / name
@@ -122,7 +122,7 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     """The whole suite in quick mode; contenders that are not installed are skipped with their reason."""
     import json
 
-    result = subprocess.run([sys.executable, "-m", "beton.cli", "bench", "--quick", "--output", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "beton.tools.cli", "bench", "--quick", "--output", str(tmp_path)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((tmp_path / "results.json").read_text())
@@ -141,7 +141,7 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
 def test_version_and_python_m_beton():
     import beton
 
-    for command in ([sys.executable, "-m", "beton", "--version"], [sys.executable, "-m", "beton.cli", "--version"]):
+    for command in ([sys.executable, "-m", "beton", "--version"], [sys.executable, "-m", "beton.tools.cli", "--version"]):
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and result.stdout.strip() == f"beton {beton.__version__}"
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from beton import Loader, OrderOption
-from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.pipeline.operation import JitOperation
 from beton.transforms import Convert, ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
@@ -38,7 +38,7 @@ def test_a_fresh_process_loads_compiled_stages_from_disk(image_file, tmp_path):
     script = textwrap.dedent(f"""
         import time, numba
         from beton import Loader
-        from beton.fields.decoders import NDArrayDecoder
+        from beton.decoders import NDArrayDecoder
         from beton.transforms import ToTensor
         from beton.transforms.flip import RandomHorizontalFlip
         loader = Loader({str(image_file)!r}, batch_size=8, num_workers=1, kernel_cache_dir={str(tmp_path)!r},

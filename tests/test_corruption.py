@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import beton
-from beton import format as fmt
-from beton._file_builder import header_bytes
+from beton.storage import format as fmt
+from beton.storage.file_builder import header_bytes
 from beton.errors import BetonError, CorruptDataError, FormatError
 
 

@@ -8,7 +8,7 @@ import torch
 
 from beton import Loader
 from beton.errors import PipelineError
-from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.pipeline.compiler import Compiler
 from beton.pipeline.operation import Operation
 from beton.transforms import ToTensor

@@ -13,7 +13,7 @@ import pytest
 import beton
 from beton import Loader, OrderOption
 from beton.errors import FormatError
-from beton.fields.decoders import (
+from beton.decoders import (
     BytesDecoder,
     CenterCropRGBImageDecoder,
     FloatDecoder,
@@ -110,7 +110,7 @@ def test_a_truncated_ffcv_file_is_refused(ffcv_files, tmp_path):
 
 
 def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(ffcv_files, tmp_path):
-    from beton.tune import tune
+    from beton.tools.tune import tune
 
     output = tmp_path / "balanced.beton"
     _, plan = tune(ffcv_files["jpg"], output, batch_size=4, read_bandwidth=1e8, num_workers=0,

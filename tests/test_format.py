@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from beton import format as fmt
+from beton import dtypes
+from beton.storage import format as fmt
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "format.md"
 
@@ -65,4 +66,4 @@ def test_docs_state_the_same_offsets():
 @pytest.mark.parametrize("dtype", [np.dtype("<f4"), np.dtype([("a", "<i8"), ("b", [("c", "<u2", (2, 3))])]),
                                    np.dtype([]), np.dtype([("é ü", "<f8")])])
 def test_dtype_json_round_trip(dtype):
-    assert fmt.dtype_from_json(fmt.dtype_to_json(dtype)) == dtype
+    assert dtypes.dtype_from_json(dtypes.dtype_to_json(dtype)) == dtype

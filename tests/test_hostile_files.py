@@ -26,12 +26,13 @@ import simplejpeg
 
 import beton
 from beton import Loader
-from beton import format as fmt
-from beton._file_builder import header_bytes
-from beton.cli import describe
+from beton import dtypes
+from beton.storage import format as fmt
+from beton.storage.file_builder import header_bytes
+from beton.tools.cli import describe
 from beton.errors import BetonError, DecodeError, FormatError
 from beton.fields import Encoded, Field, IntField, JSONField, NDArrayField, RGBImageField, TorchTensorField
-from beton.fields.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RandomResizedCropRGBImageDecoder,
+from beton.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RandomResizedCropRGBImageDecoder,
                                    SimpleRGBImageDecoder)
 from beton.transforms import ToTensor
 
@@ -333,7 +334,7 @@ def test_field_table_json_is_parsed_with_limits(files, tmp_path, part, text):
     def edit(forged: Forged) -> None:
         set_string(part, text)(forged)
         if part == "metadata_dtype" and text.count("[") < 100:  # a data table that fits the forged dtype
-            forged.data_bytes = bytes(3 * fmt.dtype_from_descr(json.loads(text)).itemsize)
+            forged.data_bytes = bytes(3 * dtypes.dtype_from_descr(json.loads(text)).itemsize)
     refused_on_open(forge(files, tmp_path, "empty", edit))
 
 
@@ -485,7 +486,7 @@ def test_the_tile_decoder_checks_its_arguments_itself(files):
         import numpy as np
         import beton
         from beton.errors import DecodeError
-        from beton.fields.lossless_codec import decode_lossless, decode_lossless_region
+        from beton.codecs.lossless import decode_lossless, decode_lossless_region
         reader = beton.Reader({str(files["lossless"])!r})
         payload = reader.payload(0, "image")
         scratch = lambda nbytes, purpose="": np.empty(nbytes, np.uint8)
@@ -511,7 +512,7 @@ def test_the_compiled_tile_decoder_refuses_geometry_that_does_not_fit(files):
     result = run_isolated(f"""
         import numpy as np
         import beton
-        from beton.fields.lossless_codec import _check_header, _decode_tiles
+        from beton.codecs.lossless import _check_header, _decode_tiles
         reader = beton.Reader({str(files["lossless"])!r})
         payload = np.array(reader.payload(0, "image"))
         tile_log2, bits = _check_header(payload, 24, 40)

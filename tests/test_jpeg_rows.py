@@ -1,4 +1,4 @@
-"""Decoding only the rows above a crop's bottom (beton.fields.jpeg_rows): exact, and errors still reach the user."""
+"""Decoding only the rows above a crop's bottom (beton.decoders.jpeg_rows): exact, and errors still reach the user."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import given, strategies as st
 from beton import Loader
 from beton.errors import DecodeError
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
-from beton.fields.jpeg_rows import decode_rows, rows_to_decode, sequential_frame
-from beton.sample_photos import photo_crop
+from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders.jpeg_rows import decode_rows, rows_to_decode, sequential_frame
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
 from conftest import write

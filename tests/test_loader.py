@@ -12,7 +12,7 @@ import beton
 import beton.order
 from beton import Loader, OrderOption
 from beton.errors import PipelineError
-from beton.fields.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder
+from beton.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder
 from beton.transforms import Convert, Squeeze, ToTensor, ToTorchImage
 from beton.transforms.flip import RandomHorizontalFlip
 

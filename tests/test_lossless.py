@@ -11,9 +11,9 @@ import beton
 from beton import Loader, OrderOption
 from beton.errors import DecodeError, FieldError
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
-from beton.fields.lossless_codec import decode_lossless, decode_lossless_region, encode_lossless
-from beton.sample_photos import photo_crop
+from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
+from beton.codecs.lossless import decode_lossless, decode_lossless_region, encode_lossless
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
 from conftest import write

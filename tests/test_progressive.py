@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import beton
 from beton import Loader
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
-from beton.fields.rgb_image import progressive_prefix
-from beton.sample_photos import photo_crop
+from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+from beton.codecs.jpeg_scans import progressive_prefix
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
 from conftest import write
@@ -100,7 +100,7 @@ def test_loader_fidelity_from_the_decoder_and_changed_between_epochs(progressive
 
 
 def test_info_prints_bytes_per_fidelity(progressive_files):
-    result = subprocess.run([sys.executable, "-m", "beton.cli", "info", str(progressive_files["colour"])],
+    result = subprocess.run([sys.executable, "-m", "beton.tools.cli", "info", str(progressive_files["colour"])],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "progressive fidelity" in result.stdout and " 10: " in result.stdout and "x1.00" in result.stdout
@@ -237,7 +237,7 @@ def test_grouped_images_larger_than_a_page_span_pages_and_still_read_back(tmp_pa
 
 def test_grouped_records_keep_other_payload_fields_intact(tmp_path):
     from beton.fields import BytesField
-    from beton.fields.decoders import BytesDecoder
+    from beton.decoders import BytesDecoder
 
     blobs = [bytes([i]) * size for i, size in enumerate((0, 10, 3000, 9000, 1, 500))]
     samples = [(photo_crop(i, 48, 64), blob) for i, blob in enumerate(blobs)]
@@ -254,7 +254,7 @@ def test_grouped_records_keep_other_payload_fields_intact(tmp_path):
 
 
 def test_info_counts_the_stored_bytes_of_grouped_images(grouped_files):
-    from beton.cli import describe
+    from beton.tools.cli import describe
 
     lines = {}
     for grouped, path in grouped_files.items():

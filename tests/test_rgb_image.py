@@ -18,14 +18,14 @@ import beton
 from beton import Loader, OrderOption
 from beton.errors import DecodeError, EncodeError, FieldError, PipelineError
 from beton.fields import IntField, RGBImageField
-from beton.fields.decoders import (
+from beton.decoders import (
     CenterCropRGBImageDecoder,
     IntDecoder,
     RandomResizedCropRGBImageDecoder,
     SimpleRGBImageDecoder,
 )
-from beton.fields.image_crops import center_crop, random_resized_crop
-from beton.sample_photos import photo_crop
+from beton.decoders.image_crops import center_crop, random_resized_crop
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 from beton.transforms.flip import RandomHorizontalFlip
 
@@ -262,7 +262,7 @@ def test_scaled_decode_matches_full_decode_with_area_resize(tmp_path):
     with Loader(path, batch_size=12, num_workers=2, seed=5, pipelines={"image": [decoder, ToTensor()]}) as loader:
         images, labels = next(iter(loader))
         key = loader.plan.stages[0].steps[0]  # the decoder step: recompute its crops for the reference
-        from beton.pipeline.random import operation_key
+        from beton.random import operation_key
 
         op_key = operation_key(loader.seed, 0, key.output, key.position)
     for image, label in zip(images.numpy(), labels.tolist()):
@@ -335,8 +335,8 @@ BIG_IMAGE_SCRIPT = textwrap.dedent("""
     import beton
     from beton import Loader
     from beton.fields import RGBImageField
-    from beton.fields.decoders import RandomResizedCropRGBImageDecoder, CenterCropRGBImageDecoder
-    from beton.sample_photos import photo_crop
+    from beton.decoders import RandomResizedCropRGBImageDecoder, CenterCropRGBImageDecoder
+    from beton.tools.sample_photos import photo_crop
     from beton.transforms import ToTensor
 
     with_big = sys.argv[2] == "big"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from beton import Loader, OrderOption
-from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.transforms import ToTensor
 
 from jit_ops import FailOnSample, TorchFailOnSample
@@ -104,8 +104,8 @@ def test_a_forged_payload_size_is_an_error_not_an_overflow(image_file, tmp_path)
 
     import numpy as np
 
-    from beton import format as fmt
-    from beton._file_builder import header_bytes
+    from beton.storage import format as fmt
+    from beton.storage.file_builder import header_bytes
 
     content = bytearray(image_file.read_bytes())
     header = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()[0]

@@ -13,11 +13,11 @@ import torch
 
 from beton import Loader, OrderOption
 from beton.fields import IntField, NDArrayField
-from beton.fields.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.pipeline.operation import BatchContext
-from beton.fields.image_crops import random_resized_crop
-from beton.pipeline.random import integer, operation_key, uniform
-from beton.sample_photos import photo_crop
+from beton.decoders.image_crops import random_resized_crop
+from beton.random import integer, operation_key, uniform
+from beton.tools.sample_photos import photo_crop
 from beton.transforms import (
     Convert,
     Cutout,

@@ -58,7 +58,7 @@ def trap_folder(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("type_name", ["dataset_helpers.TrapField", "unittest.__main__.X", "venv.__main__.X",
-                                       "os.system", "beton.cli.main"])
+                                       "os.system", "beton.tools.cli.main"])
 def test_a_stored_type_name_is_never_imported(tmp_path, trap_folder, type_name):
     path = write(tmp_path / "attack.beton", {"x": field_named(type_name), "n": IntField()}, [(None, 1), (None, 2)])
     modules_before = set(sys.modules)
@@ -78,7 +78,7 @@ def test_beton_info_on_an_attacking_file_runs_nothing(tmp_path, trap_folder):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(trap_folder), os.environ.get("PYTHONPATH", "")])}
     outputs = {}
     for command in ("info", "verify"):
-        result = subprocess.run([sys.executable, "-m", "beton.cli", command, str(path)], cwd=trap_folder, env=env,
+        result = subprocess.run([sys.executable, "-m", "beton.tools.cli", command, str(path)], cwd=trap_folder, env=env,
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         outputs[command] = result.stdout

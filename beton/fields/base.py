@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from beton.errors import FieldError, FormatError
-from beton.format import ReadLimits
+from beton.errors import FieldError, PipelineError
+from beton.limits import ReadLimits
+from beton.pieces import Pieces
+from beton.pipeline.operation import Operation
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "first_bad_record", "decoders_on_demand"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +115,22 @@ class Field(abc.ABC):
         """Record where the writer put each piece, relative to the allocation's offset (metadata is writable)."""
         raise NotImplementedError(f"{type(self).__name__} groups pieces but cannot record where they went")
 
+    def read_pieces(self, records: np.ndarray, setting: int | None) -> Pieces | None:
+        """The parts of each sample's allocation a decoder reads at ``setting`` (progressive fidelity: scans to
+        read, None: all), when that is less than the whole allocation; None reads whole allocations.
+
+        The memory layers ask this (never the field's codec) to read only those parts of a page and to hand the
+        decoder the pieces laid end to end, followed by ``Pieces.trailer``.
+        """
+        return None
+
+    # Reading: what a field decodes to when the user gives no pipeline for it.
+
+    def default_pipeline(self) -> list[Operation]:
+        """The operations a Loader runs for this field when ``pipelines=`` names none: its decoder, usually
+        followed by ``ToTensor``. Fields without a default raise PipelineError, so users must give a pipeline."""
+        raise PipelineError(f"field type {self.stored_type_name()} has no default decoder; give a pipeline for it")
+
     # Files are untrusted input (an attacker can re-sign every checksum): before anything reads a field, the
     # reader shows it every stored record, so that decoders - compiled kernels included - may trust them.
 
@@ -124,7 +142,7 @@ class Field(abc.ABC):
         """
 
     def check_payloads(self, records: np.ndarray, sizes: np.ndarray | None) -> None:
-        """Like :meth:`check_records`, for checks that :func:`beton.verify` runs and opening does not (decoders
+        """Like :meth:`check_records`, for checks that :func:`beton.storage.verify` runs and opening does not (decoders
         check these per sample anyway)."""
 
     @classmethod
@@ -134,15 +152,6 @@ class Field(abc.ABC):
     def describe(self) -> str:
         arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments().items())
         return f"{type(self).__name__}({arguments})"
-
-
-def first_bad_record(bad: np.ndarray, message: Callable[[int], str]) -> None:
-    """Raise FormatError(message(sample)) naming the first sample whose entry of the mask ``bad`` is True."""
-    if bad.any():
-        sample = int(np.flatnonzero(bad)[0])
-        error = FormatError(message(sample))
-        error.sample = sample
-        raise error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,20 +173,8 @@ class UnknownField(Field):
     def arguments(self) -> dict[str, Any]:
         return dict(self.stored_arguments)
 
+    def default_pipeline(self) -> list[Operation]:
+        raise PipelineError(self.reason)
+
     def describe(self) -> str:
         return f"<unknown {self.stored_name}>({self.stored_arguments})"
-
-
-def decoders_on_demand(module: str, names: tuple[str, ...]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` giving the decoders ``names`` from :mod:`beton.fields.decoders` (FFCV keeps a
-    field's decoders in the field's module). Loaded on first use: the decoders import the field modules."""
-
-    def __getattr__(name: str) -> Any:
-        if name in names:
-            from beton.fields import decoders
-
-            return getattr(decoders, name)
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-    return __getattr__
-

@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 
 from beton import _json
-from beton.errors import DecodeError, EncodeError
-from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand
+from beton.errors import EncodeError
+from beton.decoders.basic import BytesDecoder, JSONDecoder
+from beton.fields.base import Encoded, EncodeContext, Field
+from beton.pipeline.operation import Operation
 
-__all__ = ["BytesField", "JSONField", "decode_json"]
+# FFCV's import path ``ffcv.fields.bytes`` also holds its decoders.
+__all__ = ["BytesField", "JSONField", "BytesDecoder", "JSONDecoder"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,9 @@ class BytesField(Field):
             return Encoded(payload=value.tobytes())
         raise EncodeError(f"expected bytes or a numpy array, got {type(value).__name__}"
                           + (" of Python objects" if isinstance(value, np.ndarray) else ""))
+
+    def default_pipeline(self) -> list[Operation]:
+        return [BytesDecoder()]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> bytes:
         return payload.tobytes()
@@ -60,21 +66,11 @@ class JSONField(Field):
         """FFCV's ``JSONField.unpack``: a batch of JSON values as Python objects. beton's JSONDecoder already
         gives a list of values (returned as a list); FFCV's padded uint8 rows (NUL-terminated) are parsed."""
         if isinstance(batch, np.ndarray) and batch.dtype == np.uint8 and batch.ndim == 2:
-            return [decode_json(row.tobytes().split(b"\0", 1)[0]) for row in batch]
+            return [_json.decode_payload(row.tobytes().split(b"\0", 1)[0]) for row in batch]
         return list(batch)
 
+    def default_pipeline(self) -> list[Operation]:
+        return [JSONDecoder()]
+
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
-        return decode_json(payload.tobytes())
-
-
-def decode_json(data: bytes) -> Any:
-    """A stored JSON document (nesting limited: see :mod:`beton._json`); DecodeError when it is invalid."""
-    try:
-        return _json.loads(data)
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, too deep
-        raise DecodeError(f"stored JSON is invalid: {error}") from None
-
-
-# FFCV's import path ``ffcv.fields.bytes`` also holds its decoders.
-__getattr__ = decoders_on_demand(
-    __name__, ('BytesDecoder', 'JSONDecoder'))
+        return _json.decode_payload(payload.tobytes())

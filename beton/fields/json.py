@@ -1,6 +1,6 @@
 """FFCV's import path ``ffcv.fields.json``."""
 
 from beton.fields.bytes import JSONField
-from beton.fields.decoders import JSONDecoder
+from beton.decoders.basic import JSONDecoder
 
 __all__ = ["JSONField", "JSONDecoder"]

@@ -9,11 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from beton.errors import DecodeError, EncodeError, FieldError, FormatError
-from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand, first_bad_record
-from beton.format import ReadLimits, dtype_from_descr
+from beton.errors import DecodeError, EncodeError, FieldError, FormatError, first_bad_record
+from beton.decoders.basic import NDArrayDecoder, TorchTensorDecoder
+from beton.fields.base import Encoded, EncodeContext, Field
+from beton.pipeline.operation import Operation
+from beton.transforms.torch_ops import ToTensor, ViewAs
+from beton.dtypes import dtype_from_descr
+from beton.limits import ReadLimits
 
-__all__ = ["NDArrayField", "TorchTensorField", "TORCH_DTYPES"]
+# FFCV's import path ``ffcv.fields.ndarray`` also holds its decoders.
+__all__ = ["NDArrayField", "TorchTensorField", "TORCH_DTYPES", "NDArrayDecoder", "TorchTensorDecoder"]
 
 #: torch dtype name -> numpy dtype of the stored bytes. bfloat16 has no numpy twin: its bits are stored as
 #: little-endian uint16 and viewed back as bfloat16.
@@ -108,6 +113,9 @@ class NDArrayField(Field):
             )
         return Encoded(payload=np.ascontiguousarray(value).reshape(self.shape).tobytes())
 
+    def default_pipeline(self) -> list[Operation]:
+        return [NDArrayDecoder(), ToTensor()]
+
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
         return _as_array(payload, self.dtype, self.shape, self.num_bytes)
 
@@ -161,6 +169,9 @@ class TorchTensorField(Field):
             tensor = tensor.view(torch.int16)
         return Encoded(payload=tensor.resolve_conj().numpy().tobytes())
 
+    def default_pipeline(self) -> list[Operation]:
+        return [TorchTensorDecoder(), ToTensor(), ViewAs(self.dtype)]
+
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
         import torch
 
@@ -179,8 +190,3 @@ class TorchTensorField(Field):
 
 def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(size for size in shape if size != 1)
-
-
-# FFCV's import path ``ffcv.fields.ndarray`` also holds its decoders.
-__getattr__ = decoders_on_demand(
-    __name__, ('NDArrayDecoder', 'TorchTensorDecoder'))

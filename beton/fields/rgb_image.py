@@ -17,10 +17,10 @@ Write modes:
   groups scans within each page (PCR's layout: every image's first scan, then every image's second scan, ...)
   so that fidelity k reads a prefix of each page, and the process cache reads only that prefix.
 * ``balanced``: JPEG bytes are stored as they are, pixel arrays raw: the raw/JPEG mix is chosen by whoever
-  builds the dataset, normally ``beton tune`` (:mod:`beton.tune`), which picks the images whose raw storage saves
+  builds the dataset, normally ``beton tune`` (:mod:`beton.tools.tune`), which picks the images whose raw storage saves
   the most decode time per extra byte; read it with ``OrderOption.BALANCED`` so every batch gets the same mix.
   JPEG bytes that need resizing (``max_resolution``) are stored raw.
-* ``lossless``: exact pixels (uint8 or uint16; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.fields.lossless_codec`):
+* ``lossless``: exact pixels (uint8 or uint16; 1, 3 or 4 channels) in beton's tiled codec (:mod:`beton.codecs.lossless`):
   about PNG's size on photos, decoded several times faster, and crop decoders decode only the 64x64 tiles
   their crop touches.
 
@@ -36,31 +36,35 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from beton.errors import DecodeError, EncodeError, FieldError
-from beton.fields.base import Encoded, EncodeContext, Field, decoders_on_demand, first_bad_record
-from beton.fields.lossless_codec import decode_lossless, encode_lossless
-from beton.format import MAX_IMAGE_PIXELS_VARIABLE, ReadLimits
+from beton.errors import DecodeError, EncodeError, FieldError, first_bad_record
+from beton.codecs.image_record import (
+    BASE_RECORD,
+    GROUPED_RECORD,
+    IMAGE_MODES,
+    JPEG_COLORSPACES,
+    JPEG_MODES,
+    MAX_SCANS,
+    MODE_NAMES,
+    PROGRESSIVE_RECORD,
+    raw_view,
+)
+from beton.codecs.jpeg_scans import EOI, check_scan_tables, jpeg_scan_ends, scan_pieces, whole_jpeg
+from beton.codecs.lossless import decode_lossless, encode_lossless
+from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
+from beton.fields.base import Encoded, EncodeContext, Field, Pieces
+from beton.limits import MAX_IMAGE_PIXELS_VARIABLE, ReadLimits
+from beton.pipeline.operation import Operation
+from beton.transforms.torch_ops import ToTensor
 
-__all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image"]
+# FFCV's import path ``ffcv.fields.rgb_image`` also holds its decoders.
+__all__ = ["RGBImageField", "IMAGE_MODES", "WRITE_MODES", "decode_stored_image", "SimpleRGBImageDecoder",
+           "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder"]
 
-IMAGE_MODES = {"raw": 0, "jpg": 1, "progressive": 2, "lossless": 3}
-_MODE_NAMES = {number: name for name, number in IMAGE_MODES.items()}
 #: A lossless plane of n pixels stores at least n / 16 bytes (a 4-bit width per group of 8), so no record can
 #: decode to more than this many samples per stored byte.
 _LOSSLESS_SAMPLES_PER_BYTE = 16
 WRITE_MODES = ("raw", "jpg", "smart", "proportion", "progressive", "balanced", "lossless")
-JPEG_MODES = (IMAGE_MODES["jpg"], IMAGE_MODES["progressive"])
-MAX_SCANS = 16
-_BASE_METADATA = np.dtype([("mode", "u1"), ("channels", "u1"), ("reserved", "<u2"), ("height", "<u4"),
-                           ("width", "<u4")])
-#: Progressive JPEGs also record where each scan's data ends (bytes from the payload's start), so that a
-#: decoder can read a prefix: the first k scans give a lower-fidelity image of the whole picture.
-_PROGRESSIVE_METADATA = np.dtype(_BASE_METADATA.descr + [("num_scans", "u1"), ("reserved2", "u1", (3,)),
-                                                         ("scan_ends", "<u4", (MAX_SCANS,))])
-#: Scan-grouped pages also record where each scan's bytes start, relative to the allocation's offset.
-_GROUPED_METADATA = np.dtype(_PROGRESSIVE_METADATA.descr + [("scan_starts", "<u4", (MAX_SCANS,))])
 _DTYPES = {"uint8": np.dtype(np.uint8), "uint16": np.dtype("<u2")}
-_JPEG_COLORSPACES = {1: "GRAY", 3: "RGB"}
 _JPEG_MAGIC = b"\xff\xd8"
 _SAMPLING_FACTORS = {"444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444, "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
                      "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
@@ -97,8 +101,8 @@ class RGBImageField(Field):
     @property
     def metadata_dtype(self) -> np.dtype:  # type: ignore[override]
         if self.write_mode != "progressive":
-            return _BASE_METADATA
-        return _GROUPED_METADATA if self.scan_grouped else _PROGRESSIVE_METADATA
+            return BASE_RECORD
+        return GROUPED_RECORD if self.scan_grouped else PROGRESSIVE_RECORD
 
     def __post_init__(self) -> None:
         if self.write_mode not in WRITE_MODES:
@@ -153,7 +157,7 @@ class RGBImageField(Field):
                            encode_lossless(pixels))
         if wants_jpeg:
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
-                                             colorspace=_JPEG_COLORSPACES[self.channels], colorsubsampling="420")
+                                             colorspace=JPEG_COLORSPACES[self.channels], colorsubsampling="420")
             return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
         return Encoded((IMAGE_MODES["raw"], self.channels, 0, pixels.shape[0], pixels.shape[1]), pixels.tobytes())
 
@@ -226,6 +230,14 @@ class RGBImageField(Field):
 
     # ---- reading ------------------------------------------------------------------------------------------
 
+    def read_pieces(self, records: np.ndarray, setting: int | None) -> Pieces | None:
+        if not self.scan_grouped:
+            return None
+        return scan_pieces(records, setting)
+
+    def default_pipeline(self) -> list[Operation]:
+        return [SimpleRGBImageDecoder(), ToTensor()]
+
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
         return decode_stored_image(metadata, payload, self.numpy_dtype)
 
@@ -235,7 +247,7 @@ class RGBImageField(Field):
         """The modes a record of this field may have: those its writer produces and its decoders can read."""
         if self.write_mode == "progressive":
             return (IMAGE_MODES["progressive"],)
-        if self.dtype != "uint8" or self.channels not in _JPEG_COLORSPACES:  # JPEG: 1 or 3 channels of uint8
+        if self.dtype != "uint8" or self.channels not in JPEG_COLORSPACES:  # JPEG: 1 or 3 channels of uint8
             return (IMAGE_MODES["raw"], IMAGE_MODES["lossless"])
         return (IMAGE_MODES["raw"], IMAGE_MODES["jpg"], IMAGE_MODES["lossless"])
 
@@ -246,7 +258,7 @@ class RGBImageField(Field):
         modes, channels = records["mode"], records["channels"]
         allowed = self.stored_modes()
         first_bad_record(~np.isin(modes, allowed), lambda s: (
-            f"image mode {modes[s]} is not one this field stores ({', '.join(_MODE_NAMES[m] for m in allowed)})"))
+            f"image mode {modes[s]} is not one this field stores ({', '.join(MODE_NAMES[m] for m in allowed)})"))
         first_bad_record(channels != self.channels, lambda s: (
             f"image has channels {channels[s]}, its field {self.channels}"))
         height, width = records["height"].astype(np.uint64), records["width"].astype(np.uint64)
@@ -281,11 +293,8 @@ def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype)
     if metadata["mode"] == IMAGE_MODES["lossless"]:
         return decode_lossless(payload, height, width, channels, dtype=dtype)
     if metadata["mode"] not in JPEG_MODES:
-        expected = height * width * channels * dtype.itemsize
-        if payload.size != expected:
-            raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
-        return np.array(payload.view(dtype).reshape(height, width, channels))
-    if channels not in _JPEG_COLORSPACES:
+        return np.array(raw_view(payload, height, width, channels, dtype))
+    if channels not in JPEG_COLORSPACES:
         raise DecodeError(f"a JPEG has 1 or 3 channels, the record says {channels}")
     payload = whole_jpeg(payload, metadata)
     try:  # the header first: the record's size bounds the buffer, whatever size the JPEG claims
@@ -296,10 +305,11 @@ def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype)
         raise DecodeError(f"JPEG is {decoded[1]}x{decoded[0]}, metadata says {width}x{height}")
     image = np.empty((height, width, channels), np.uint8)
     try:
-        simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=image)
+        simplejpeg.decode_jpeg(payload, colorspace=JPEG_COLORSPACES[channels], buffer=image)
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
     return image
+
 
 
 def _jpeg_header(data: bytes) -> tuple[int, int, bool, str]:
@@ -325,124 +335,10 @@ def _from_pil(value: Any) -> np.ndarray:
 def _decode_for_rewrite(data: bytes, channels: int) -> np.ndarray:
     """Decode JPEG bytes that cannot be stored as they are (resize needed, raw mode, CMYK)."""
     try:
-        return simplejpeg.decode_jpeg(data, colorspace=_JPEG_COLORSPACES.get(channels, "RGB"))
+        return simplejpeg.decode_jpeg(data, colorspace=JPEG_COLORSPACES.get(channels, "RGB"))
     except ValueError:
         flag = cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR
         image = cv2.imdecode(np.frombuffer(data, np.uint8), flag)  # handles CMYK/YCCK JPEGs
         if image is None:
             raise EncodeError("JPEG bytes cannot be decoded") from None
         return image if channels == 1 else cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-
-
-EOI = b"\xff\xd9"  # end-of-image marker
-
-
-def jpeg_scan_ends(data: bytes) -> list[int]:
-    """Byte offset where each scan's entropy-coded data ends (the next marker's position), in order."""
-    ends, position = [], 2  # after SOI
-    while position + 4 <= len(data):
-        if data[position] != 0xFF:
-            raise EncodeError(f"JPEG marker expected at byte {position}")
-        marker = data[position + 1]
-        if marker == 0xD9:  # EOI
-            break
-        length = int.from_bytes(data[position + 2 : position + 4], "big")
-        position += 2 + length
-        if marker == 0xDA:  # SOS: entropy-coded data follows until a marker that is not a stuffed 0 or RSTn
-            while position + 1 < len(data) and not (
-                data[position] == 0xFF and data[position + 1] != 0 and not 0xD0 <= data[position + 1] <= 0xD7
-            ):
-                position += 1
-            ends.append(position)
-    return ends
-
-
-def check_scan_tables(records: np.ndarray, sizes: np.ndarray | None, grouped: bool) -> None:
-    """Progressive records: 1..16 scans, whose ends increase, inside the payload; scan-grouped ones also keep
-    every scan's bytes inside the sample's allocation (the process cache reads pages from these numbers)."""
-    counts = records["num_scans"].astype(np.int64)
-    first_bad_record((counts < 1) | (counts > MAX_SCANS), lambda s: (
-        f"progressive JPEG has {counts[s]} scans, expected 1..{MAX_SCANS}"))
-    columns = int(counts.max(initial=0))  # scans past every record's count are not read: not checked
-    ends = records["scan_ends"][:, :columns].astype(np.int64)
-    used = np.arange(columns) < counts[:, None]
-    lengths = ends.copy()
-    np.subtract(ends[:, 1:], ends[:, :-1], out=lengths[:, 1:])
-    first_bad_record(np.any(used & (lengths <= 0), axis=1), lambda s: (
-        f"progressive JPEG scan ends {ends[s, :counts[s]].tolist()} do not increase"))
-    if sizes is None:
-        return
-    sizes = sizes.astype(np.int64)
-    if not grouped:
-        last = ends[np.arange(len(ends)), counts - 1]
-        first_bad_record(last > sizes, lambda s: (
-            f"progressive JPEG's last scan ends at byte {last[s]}, its payload has {sizes[s]}"))
-        return
-    starts = records["scan_starts"][:, :columns].astype(np.int64)
-    first_bad_record(np.any(used & (starts + lengths > sizes[:, None]), axis=1), lambda s: (
-        f"scan-grouped JPEG scan starts {starts[s, :counts[s]].tolist()} and ends {ends[s, :counts[s]].tolist()} "
-        f"reach past its {sizes[s]}-byte allocation"))
-
-
-def scans_read(metadata: np.ndarray, limit: int | None) -> np.ndarray:
-    """How many scans of each progressive JPEG (data-table records) a fidelity of ``limit`` reads (None: all)."""
-    counts = metadata["num_scans"].astype(np.int64)
-    return counts if limit is None else np.minimum(counts, limit)
-
-
-def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
-    """Bytes of each progressive JPEG's first ``limit`` scans (None: all of them), from data-table records."""
-    return metadata["scan_ends"][np.arange(len(metadata)), scans_read(metadata, limit) - 1].astype(np.int64)
-
-
-def whole_jpeg(payload: np.ndarray, metadata: np.void) -> np.ndarray:
-    """A stored JPEG's bytes, contiguous: the payload itself, or a scan-grouped JPEG's scans gathered into a
-    new array with its end marker."""
-    return progressive_prefix(payload, metadata, None, _new_buffer)
-
-
-def _new_buffer(nbytes: int) -> np.ndarray:
-    return np.empty(nbytes, np.uint8)
-
-
-def progressive_prefix(payload: np.ndarray, metadata: np.void, fidelity: int | None, buffer: Any,
-                       gathered: bool = False) -> np.ndarray:
-    """The bytes a decoder reads for ``fidelity`` scans: the first scans plus an EOI marker.
-
-    ``buffer(nbytes)`` gives a reusable uint8 array to assemble the prefix in. None, or a fidelity at or above
-    the number of scans, reads the whole payload. Scan-grouped payloads (``payload`` spans the sample's scans,
-    other samples' scans between them) are gathered scan by scan, unless the memory layer already did
-    (``gathered``: the payload is then a plain JPEG of the first scans).
-    """
-    if fidelity is not None and fidelity < 1:
-        raise DecodeError(f"fidelity must be at least 1, got {fidelity}")
-    scans = int(metadata["num_scans"]) if metadata["mode"] == IMAGE_MODES["progressive"] else 0
-    count = scans if fidelity is None else min(fidelity, scans)
-    if scans and not gathered and "scan_starts" in metadata.dtype.names:
-        return _gather_scans(payload, metadata, count, buffer)
-    if count == 0 or int(metadata["scan_ends"][count - 1]) + len(EOI) >= payload.size:
-        return payload  # no fewer scans than the payload holds
-    end = int(metadata["scan_ends"][count - 1])
-    prefix = buffer(end + len(EOI))
-    prefix[:end] = payload[:end]
-    prefix[end:] = np.frombuffer(EOI, np.uint8)
-    return prefix
-
-
-def _gather_scans(span: np.ndarray, metadata: np.void, count: int, buffer: Any) -> np.ndarray:
-    ends = metadata["scan_ends"][:count].astype(np.int64)
-    starts = metadata["scan_starts"][:count].astype(np.int64)
-    lengths = np.diff(ends, prepend=0)
-    if np.any(lengths < 0) or np.any(starts + lengths > span.size):
-        raise DecodeError(f"scan-grouped JPEG: scan ends {ends.tolist()} / starts {starts.tolist()} do not fit "
-                          f"its {span.size}-byte allocation")
-    out = buffer(int(ends[-1]) + len(EOI))
-    for start, length, end in zip(starts.tolist(), lengths.tolist(), ends.tolist()):
-        out[end - length : end] = span[start : start + length]
-    out[int(ends[-1]) :] = np.frombuffer(EOI, np.uint8)
-    return out
-
-
-# FFCV's import path ``ffcv.fields.rgb_image`` also holds its decoders.
-__getattr__ = decoders_on_demand(
-    __name__, ('SimpleRGBImageDecoder', 'RandomResizedCropRGBImageDecoder', 'CenterCropRGBImageDecoder'))

@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 
 from beton.errors import EncodeError
+from beton.decoders.basic import FloatDecoder, IntDecoder
 from beton.fields.base import Encoded, EncodeContext, Field
+from beton.pipeline.operation import Operation
+from beton.transforms.torch_ops import ToTensor
 
 __all__ = ["IntField", "FloatField"]
 
@@ -35,6 +38,9 @@ class IntField(Field):
             raise EncodeError(f"expected an integer in int64 range, got {integer}")
         return Encoded(metadata=(integer,))
 
+    def default_pipeline(self) -> list[Operation]:
+        return [IntDecoder(), ToTensor()]
+
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> int:
         return int(metadata["value"])
 
@@ -50,6 +56,9 @@ class FloatField(Field):
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
             raise EncodeError(f"expected a real number, got {type(value).__name__}")
         return Encoded(metadata=(float(value),))
+
+    def default_pipeline(self) -> list[Operation]:
+        return [FloatDecoder(), ToTensor()]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> float:
         return float(metadata["value"])

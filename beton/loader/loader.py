@@ -17,9 +17,11 @@ import torch
 from beton._cores import resolve_workers
 from beton.errors import LoaderError, PipelineError
 from beton.fields.base import Field
+from beton.codecs.jpeg_scans import scans_to_read
 from beton.fields.rgb_image import RGBImageField
 from beton.loader.epoch import EpochIterator
 from beton.memory.os_cache import OSCache, metadata_column
+from beton.pieces import Pieces
 from beton.memory.process_cache import ProcessCache
 from beton.order import (ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder,
                          SequentialOrder, shard)
@@ -27,10 +29,10 @@ from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.operation import Scratch
-from beton.pipeline.random import operation_key
-from beton.pipeline.spec import resolve_pipelines
-from beton.pipeline.threading_layer import ensure_thread_safe_layer
-from beton.reader import Reader
+from beton.random import operation_key
+from beton.loader.pipelines import resolve_pipelines
+from beton.threading_layer import ensure_thread_safe_layer
+from beton.storage.reader import Reader
 
 __all__ = ["Loader"]
 
@@ -207,7 +209,7 @@ class Loader:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
         epoch, first = self._next_epoch, self._next_position
         batches = self.epoch_batches(epoch)[first:]
-        self.memory.start_epoch(batches, self._columns, self._scan_limits())  # may raise: the file changed
+        self.memory.start_epoch(batches, self._columns, self._read_pieces())  # may raise: the file changed
         self._next_epoch, self._next_position = epoch + 1, 0
         progress = self._progress = _Progress(epoch, first, first + len(batches))
         keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
@@ -262,18 +264,26 @@ class Loader:
             raise ValueError(f"fidelity must be at least 1 scan, got {scans}")
         self.fidelity = scans
 
-    def _scan_limits(self) -> dict[int, int | None]:
-        """Per payload column of scan-grouped images, the scans this epoch's decoders read (None: all)."""
-        decoders = {step.output: step.operation for stage in self.plan.stages for step in stage.steps
-                    if step.position == 0}
-        limits: dict[int, int | None] = {}
-        for output, (name, column) in enumerate(zip(self.plan.field_names, self._columns)):
-            if column < 0 or not getattr(self.reader.fields[name], "scan_grouped", False):
-                continue
-            wanted = self.fidelity if self.fidelity is not None else getattr(decoders.get(output), "fidelity", None)
-            known = limits.get(column, 0)
-            limits[column] = None if wanted is None or known is None else max(wanted, known)
-        return limits
+    def _read_pieces(self) -> dict[int, Pieces]:
+        """Per payload column whose decoders read only parts of each allocation (the first scans of scan-grouped
+        JPEGs at this epoch's fidelity), the parts they read; several decoders of one column read the most."""
+        settings: dict[int, int | None] = {}
+        for stage in self.plan.stages:
+            for step in stage.steps:
+                column = self._columns[step.output]
+                if step.position != 0 or column < 0:
+                    continue
+                wanted = scans_to_read(self.fidelity, getattr(step.operation, "fidelity", None))
+                known = settings.get(column, 0)
+                settings[column] = None if wanted is None or known is None else max(wanted, known)
+        pieces = {}
+        for output, column in enumerate(self._columns):
+            if column in settings and column not in pieces:
+                field = self.reader.fields[self.plan.field_names[output]]
+                found = field.read_pieces(self._metadata[output], settings[column])
+                if found is not None:
+                    pieces[column] = found
+        return pieces
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""

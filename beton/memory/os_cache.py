@@ -24,11 +24,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from beton import format as fmt
+from beton.storage import format as fmt
 from beton.errors import BetonError, FormatError, LoaderError
-from beton.fields.rgb_image import scan_bytes
+from beton.pieces import Pieces
 from beton.pipeline.operation import Source
-from beton.reader import Reader
+from beton.storage.reader import Reader
 
 __all__ = ["OSCache", "OpenedFile", "allocation_columns", "metadata_column"]
 
@@ -147,15 +147,15 @@ class OSCache:
         self._memory = np.frombuffer(mapping, np.uint8)  # read-only: the numba type of the process cache's views
         self._offsets, self._sizes = allocation_columns(reader)
         self.counters = MemoryCounters()
-        self._scan_limits: dict[int, int | None] = {}
+        self._pieces: dict[int, Pieces] = {}
 
     def start_epoch(self, batches: list[np.ndarray], columns: list[int],
-                    scan_limits: Mapping[int, int | None] | None = None) -> None:
-        """``scan_limits``: per payload column of scan-grouped images, the scans the decoders read (None: all),
-        so that the counters count those scans' bytes rather than each image's allocation span."""
+                    pieces: Mapping[int, Pieces] | None = None) -> None:
+        """``pieces``: per payload column whose decoders read parts of each allocation, those parts, so that the
+        counters count their bytes rather than each allocation's span."""
         self._file.check_path()
         self.counters = MemoryCounters()
-        self._scan_limits = dict(scan_limits or {})
+        self._pieces = dict(pieces or {})
 
     def empty_source(self, metadata: np.ndarray, column: int) -> Source:
         empty = np.zeros(0, np.int64)
@@ -167,8 +167,8 @@ class OSCache:
         self._file.check()  # the batch's decoders read the map next: the file must not have shrunk
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
-        if column in self._scan_limits:
-            self.counters.add(0, int(scan_bytes(metadata[samples], self._scan_limits[column]).sum()))
+        if column in self._pieces:
+            self.counters.add(0, int(self._pieces[column].take(samples).read_bytes().sum()))
         else:
             self.counters.add(0, int(sizes.sum()))
         return Source(metadata, self._memory, offsets, sizes)

@@ -15,10 +15,10 @@ How it works
 * Unpinned pages stay resident while the budget allows, so a page used again soon is not read again; when the
   budget is full the least recently used unpinned page is dropped.
 
-Scan-grouped progressive JPEGs (``RGBImageField(scan_grouped=True)``): the loader says how many scans each such
-field needs (its fidelity, fixed for the epoch when it starts), the cache reads only the prefix of each page
-that holds those scans, and gathers each image's scans into a plain JPEG (``Source.gathered``). So a low
-fidelity reads fewer bytes from storage, as in PCR.
+Partial reads (:class:`~beton.pieces.Pieces`, e.g. the first scans of scan-grouped progressive JPEGs at a
+low fidelity, fixed for the epoch when it starts): the cache reads only the prefix of each page that holds
+the pieces, and gathers each sample's pieces into one payload (``Source.gathered``). So a low fidelity reads
+fewer bytes from storage, as in PCR.
 
 ``read_bandwidth`` paces the reader thread: after each page it sleeps until the bytes read this epoch are no
 more than the rate allows, so storage never sees more than that rate on average (a page may burst).
@@ -26,7 +26,7 @@ more than the rate allows, so storage never sees more than that rate on average 
 A file changed under the cache: reads use ``preadv`` on the descriptor of an :class:`OpenedFile` (whose
 size and modification time are checked before every batch, and the path's identity when an epoch starts), a
 short read is an error (never zeros), and the Reader's memory map is not touched after construction (the
-allocation columns, and the metadata of scan-grouped images, are copied). So a truncated, rewritten or
+allocation columns are copied). So a truncated, rewritten or
 replaced file raises :class:`~beton.errors.FormatError` naming the file and never kills the process; pages
 already read before the change are copies and stay valid.
 
@@ -47,10 +47,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from beton.errors import CorruptDataError
-from beton.fields.rgb_image import EOI, scan_bytes, scans_read
-from beton.memory.os_cache import MemoryCounters, OpenedFile, allocation_columns, metadata_column
+from beton.memory.os_cache import MemoryCounters, OpenedFile, allocation_columns
+from beton.pieces import Pieces
 from beton.pipeline.operation import Source
-from beton.reader import Reader
+from beton.storage.reader import Reader
 
 __all__ = ["ProcessCache"]
 
@@ -60,13 +60,12 @@ class ProcessCache:
                  read_bandwidth: float | None = None) -> None:
         self._reader = reader
         self._pace = _Pace(read_bandwidth)
-        self._scan_limits: dict[int, int | None] = {}
+        self._pieces: dict[int, Pieces] = {}
         self._page_need: np.ndarray | None = None
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._file = OpenedFile(reader)
         self._offsets, self._sizes = allocation_columns(reader)
-        self._scan_metadata: dict[int, np.ndarray] = {}
         self._condition = threading.Condition()
         self._staging: dict[tuple[int, int], np.ndarray] = {}
         self._thread: threading.Thread | None = None
@@ -78,12 +77,12 @@ class ProcessCache:
     # ---- epoch lifecycle ------------------------------------------------------------------------------------
 
     def start_epoch(self, batches: Sequence[np.ndarray], columns: Sequence[int],
-                    scan_limits: Mapping[int, int | None] | None = None) -> None:
-        """``scan_limits``: per payload column of scan-grouped images, the scans to read (None: all)."""
+                    pieces: Mapping[int, Pieces] | None = None) -> None:
+        """``pieces``: per payload column whose decoders read parts of each allocation, those parts."""
         self._stop_reader()
         self._file.check_path()
-        self._scan_limits = dict(scan_limits or {})
-        self._page_need = self._bytes_needed_per_page(columns) if self._scan_limits else None
+        self._pieces = dict(pieces or {})
+        self._page_need = self._bytes_needed_per_page(columns) if self._pieces else None
         self._reset([self._pages_of(samples, columns) for samples in batches])
         self.counters = MemoryCounters()
         self._pace.restart()
@@ -115,27 +114,20 @@ class ProcessCache:
         return np.unique(np.concatenate([first, *spans]) if spans else first)
 
     def _bytes_needed_per_page(self, columns: Sequence[int]) -> np.ndarray:
-        """How many bytes of each page this epoch reads: a prefix, when scan-grouped images need few scans."""
+        """How many bytes of each page this epoch reads: a prefix, when decoders read only early pieces."""
         reader, page_size = self._reader, self._reader.page_size
         need = np.zeros(reader.num_pages, np.int64)
         for column in sorted({c for c in columns if c >= 0}):
             starts = self._offsets[column] - reader.heap_offset
             extents = self._sizes[column]
-            if column in self._scan_limits:
-                extents = _scan_extents(self._metadata_of(column), self._scan_limits[column])
+            if column in self._pieces:
+                extents = self._pieces[column].extents()
             starts, ends = starts[extents > 0], starts[extents > 0] + extents[extents > 0]
             first, last = starts // page_size, (ends - 1) // page_size
             np.maximum.at(need, last, ends - last * page_size)
             for page, final in zip(first[first != last], last[first != last]):
                 need[page:final] = page_size  # a payload spanning pages needs all but its last page whole
         return need
-
-    def _metadata_of(self, column: int) -> np.ndarray:
-        """A copy, made once: the Reader's memory map is not read after construction (see the module docstring)."""
-        if column not in self._scan_metadata:
-            name = next(n for n, d in self._reader.descriptors.items() if d.payload_column == column)
-            self._scan_metadata[column] = metadata_column(self._reader, name)
-        return self._scan_metadata[column]
 
     # ---- the reader thread --------------------------------------------------------------------------------
 
@@ -208,7 +200,7 @@ class ProcessCache:
         sizes = self._sizes[column].take(samples)
         with self._condition:
             pages = dict(self._resident)  # pinned pages cannot be dropped until batch_done
-        if column in self._scan_limits:
+        if column in self._pieces:
             return self._gathered_source(pages, metadata, column, samples, offsets - reader.heap_offset, slot)
         staging, positions = self._stage(slot, column, sizes)
         for offset, size, position in zip(offsets.tolist(), sizes.tolist(), positions.tolist()):
@@ -217,23 +209,15 @@ class ProcessCache:
 
     def _gathered_source(self, pages: dict[int, np.ndarray], metadata: np.ndarray, column: int, samples: np.ndarray,
                          starts: np.ndarray, slot: int) -> Source:
-        """Each image's first scans, copied out of the page prefixes, plus an end marker: a plain JPEG."""
-        limit = self._scan_limits[column]
-        records = metadata[samples]
-        counts = scans_read(records, limit)
-        ends = records["scan_ends"].astype(np.int64)
-        sizes = scan_bytes(records, limit) + len(EOI)
+        """Each sample's pieces, copied out of the page prefixes and laid end to end with the trailer."""
+        pieces = self._pieces[column].take(samples)
+        sizes = pieces.sizes()
         staging, positions = self._stage(slot, column, sizes)
-        eoi = np.frombuffer(EOI, np.uint8)
-        for i in range(len(samples)):
-            done = 0
-            for scan in range(int(counts[i])):
-                length = int(ends[i, scan]) - done
-                start = int(starts[i]) + int(records["scan_starts"][i, scan])
-                out = staging[positions[i] + done : positions[i] + done + length]
-                self._copy_payload(pages, start, length, out)
-                done += length
-            staging[positions[i] + done : positions[i] + done + len(EOI)] = eoi
+        for i, (start, position, size) in enumerate(zip(starts.tolist(), positions.tolist(), sizes.tolist())):
+            def copy(offset: int, length: int, out: np.ndarray, start: int = start) -> None:
+                self._copy_payload(pages, start + offset, length, out)
+
+            pieces.gather(i, copy, staging[position : position + size])
         return _read_only_source(metadata, staging, positions, sizes, gathered=True)
 
     def _stage(self, slot: int, column: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -321,15 +305,6 @@ class _Pace:
         ahead = self._bytes / self._rate - (time.perf_counter() - self._start)
         if ahead > 0:
             time.sleep(ahead)
-
-
-def _scan_extents(metadata: np.ndarray, limit: int | None) -> np.ndarray:
-    """Bytes from each allocation's offset to the end of its last needed scan (scans are stored in order)."""
-    last = scans_read(metadata, limit) - 1
-    rows = np.arange(len(metadata))
-    ends = metadata["scan_ends"].astype(np.int64)
-    previous = np.where(last > 0, ends[rows, np.maximum(last - 1, 0)], 0)
-    return metadata["scan_starts"][rows, last].astype(np.int64) + ends[rows, last] - previous
 
 
 def _max_window_union(batch_pages: list[np.ndarray], window: int) -> int:

@@ -1,7 +1,7 @@
 """BALANCED: every batch holds the same number of raw images (Liquid, Baek et al., APSys 2023).
 
 A file that mixes raw images (cheap to decode, many bytes) and JPEGs (few bytes, costly to decode) keeps both
-the CPU and the storage busy only if every batch has the mix the file was tuned for (see :mod:`beton.tune`);
+the CPU and the storage busy only if every batch has the mix the file was tuned for (see :mod:`beton.tools.tune`);
 FFCV's ``proportion`` mode mixes at random, so some batches are decode-bound and others read-bound.
 
 Plan: with R raw among N selected samples and batch size B, every full batch gets k = round(R * B / N) raw

@@ -9,7 +9,7 @@ There are three kinds, and the compiler treats each differently:
 * :class:`JitOperation` - per sample, compiled with numba. It names a module-level ``@njit`` kernel
   (:meth:`JitOperation.kernel`) with the fixed signature ``kernel(src, dst, i, sample, key, args)``:
   read sample ``sample`` from ``src`` (batch position ``i``), write batch position ``i`` of ``dst``; ``key``
-  seeds its random draws (see :mod:`beton.pipeline.random`); ``args`` is the tuple from
+  seeds its random draws (see :mod:`beton.random`); ``args`` is the tuple from
   :meth:`JitOperation.kernel_arguments`. Consecutive jit operations are fused into one compiled loop.
 * :class:`SampleOperation` - per sample, in Python, run by worker threads (for C calls that release the GIL,
   such as JPEG decoding): :meth:`SampleOperation.apply` writes batch position ``i`` of ``dst``.

@@ -13,7 +13,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.random import uniform
+from beton.random import uniform
 from beton.transforms._image import InPlaceUint8ImageOperation
 
 __all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation", "RandomSolarization", "Solarization"]

@@ -9,7 +9,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.random import integer, uniform
+from beton.random import integer, uniform
 from beton.transforms._image import InPlaceUint8ImageOperation, fill_array
 
 __all__ = ["Cutout", "RandomErasing"]

@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from beton.pipeline.operation import JitOperation, State
-from beton.pipeline.random import uniform
+from beton.random import uniform
 from beton.transforms._image import require_images
 
 __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]

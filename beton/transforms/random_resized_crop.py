@@ -1,6 +1,6 @@
 """RandomResizedCrop on decoded images (FFCV's ``ffcv.transforms.RandomResizedCrop``).
 
-For images stored in the file, :class:`~beton.fields.decoders.RandomResizedCropRGBImageDecoder` makes the same
+For images stored in the file, :class:`~beton.decoders.basic.RandomResizedCropRGBImageDecoder` makes the same
 crops while decoding only the rows and the DCT scale each crop needs: prefer it. This operation serves images
 that are already arrays (an NDArrayField, or after another transform).
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from beton.fields.image_crops import random_resized_crop
-from beton.fields.rgb_image_decoders import resize_into, single_threaded_opencv
+from beton.decoders.image_crops import random_resized_crop
+from beton.decoders.rgb_image import resize_into, single_threaded_opencv
 from beton.pipeline.operation import BatchContext, SampleOperation, State
 from beton.transforms._image import require_uint8_images
 

@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from beton.pipeline.operation import JitOperation, State
-from beton.pipeline.random import integer
+from beton.random import integer
 from beton.transforms._image import fill_array, require_uint8_images
 
 __all__ = ["RandomTranslate"]

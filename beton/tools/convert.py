@@ -14,7 +14,7 @@ import numpy as np
 from beton.errors import BetonError, EncodeError, FieldError
 from beton.fields import FloatField, IntField, NDArrayField, RGBImageField, TorchTensorField
 from beton.fields.base import Field
-from beton.writer import DatasetWriter
+from beton.storage.writer import DatasetWriter
 
 __all__ = ["ImageFolder", "convert_image_folder", "convert_arrays", "fields_for_arrays"]
 

@@ -34,13 +34,15 @@ import simplejpeg
 
 from beton._cores import usable_cores
 from beton.errors import FieldError
-from beton.fields.decoders import RandomResizedCropRGBImageDecoder
-from beton.fields.rgb_image import IMAGE_MODES, RGBImageField, decode_stored_image, whole_jpeg
+from beton.decoders import RandomResizedCropRGBImageDecoder
+from beton.codecs.image_record import IMAGE_MODES
+from beton.codecs.jpeg_scans import whole_jpeg
+from beton.fields.rgb_image import RGBImageField, decode_stored_image
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
-from beton.reader import Reader
+from beton.storage.reader import Reader
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-from beton.writer import DatasetWriter
+from beton.storage.writer import DatasetWriter
 
 __all__ = ["HostProfile", "MixPlan", "measure_host", "measure_read_bandwidth", "plan_mix", "write_balanced",
            "tune"]

@@ -22,11 +22,11 @@ import dataclasses
 import numpy as np
 
 from beton import _json
-from beton import format as fmt
-from beton.errors import FieldError, FormatError, error_context
+from beton.storage import format as fmt
+from beton.errors import FieldError, FormatError, error_context, first_bad_record
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField
-from beton.fields.base import Field, first_bad_record
-from beton.fields.rgb_image import IMAGE_MODES
+from beton.fields.base import Field
+from beton.codecs.image_record import IMAGE_MODES
 
 __all__ = ["FFCV_VERSION", "VERSION_BYTES", "structure_problem", "read_ffcv", "FFCVTables"]
 
@@ -132,7 +132,7 @@ def read_ffcv(file_map: np.ndarray) -> FFCVTables:
                       metadata_dtype, "metadata table")
     allocations = _allocations(file_map, int(header["alloc_table_ptr"]))
     fields = [_field(type_id, descriptor) for type_id, descriptor in zip(type_ids, descriptors)]
-    data_table = np.zeros(num_samples, np.dtype([(name, field.metadata_dtype) for name, field in zip(names, fields)]))
+    data_table = np.zeros(num_samples, fmt.data_table_dtype((name, field.metadata_dtype) for name, field in zip(names, fields)))
     columns = []
     for index, (name, type_id) in enumerate(zip(names, type_ids)):
         column = metadata[f"f{index}"]

@@ -15,13 +15,15 @@ import numpy as np
 import simplejpeg
 import torch
 
-from beton import DatasetWriter, Loader, OrderOption
-from beton.bench.data import ArrayDataset, DecodedJpegDataset, JpegDataset
+from beton.loader import Loader
+from beton.order import OrderOption
+from beton.storage import DatasetWriter
+from beton.tools.bench.data import ArrayDataset, DecodedJpegDataset, JpegDataset
 from beton.fields import IntField, NDArrayField, RGBImageField
-from beton.fields.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.fields.image_crops import center_crop, random_resized_crop
-from beton.fields.rgb_image_decoders import choose_dct_factor
-from beton.pipeline.random import operation_key
+from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders.image_crops import center_crop, random_resized_crop
+from beton.decoders.rgb_image import choose_dct_factor
+from beton.random import operation_key
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 
 __all__ = ["ImageTask", "beton_images", "torch_images", "ffcv_images", "dali_images", "webdataset_images",

@@ -29,11 +29,12 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from beton import DatasetWriter, OrderOption
-from beton.bench import contenders as c
-from beton.bench.data import JpegDataset, make_jpegs, make_raw_images
-from beton.bench.report import run_header
-from beton.bench.timing import alternating_runs, epoch_rate, paired_ratio
+from beton.order import OrderOption
+from beton.storage import DatasetWriter
+from beton.tools.bench import contenders as c
+from beton.tools.bench.data import JpegDataset, make_jpegs, make_raw_images
+from beton.tools.bench.report import run_header
+from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
 __all__ = ["run_suite", "measured_epoch"]
@@ -85,7 +86,7 @@ def _raw_scenario(count: int, directory: str, repeats: int) -> dict:
 _FIRST_BATCH = textwrap.dedent("""
     import sys, time
     start = time.perf_counter()
-    from beton.bench.contenders import ImageTask, beton_images
+    from beton.tools.bench.contenders import ImageTask, beton_images
     imported = time.perf_counter()
     loader = beton_images(sys.argv[1], ImageTask("rrc", 160, 64))
     next(iter(loader))

@@ -21,8 +21,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from beton import format as fmt
-from beton._encode import EncodedChunk, EncodeSpec
+from beton import dtypes
+from beton.storage import format as fmt
+from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.errors import WriterError
 
 _TABLE_ALIGNMENT = 64
@@ -283,7 +284,7 @@ def field_table_bytes(spec: EncodeSpec) -> bytes:
         records[index]["type_name"] = add_string(field.stored_type_name())
         records[index]["name"] = add_string(name)
         records[index]["arguments"] = add_string(json.dumps(field.arguments(), ensure_ascii=False))
-        records[index]["metadata_dtype"] = add_string(fmt.dtype_to_json(field.metadata_dtype))
+        records[index]["metadata_dtype"] = add_string(dtypes.dtype_to_json(field.metadata_dtype))
         records[index]["payload_column"] = payload_columns.get(index, fmt.NO_PAYLOAD)
     return records.tobytes() + bytes(strings)
 

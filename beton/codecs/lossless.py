@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from beton.errors import DecodeError
-from beton.pipeline.threading_layer import ensure_thread_safe_layer
+from beton.threading_layer import ensure_thread_safe_layer
 
 __all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile_grid", "DEFAULT_TILE_LOG2",
            "lossless_region_bounds"]

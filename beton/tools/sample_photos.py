@@ -23,7 +23,7 @@ def load_photo(name: str) -> np.ndarray:
     try:
         import skimage.data
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("beton.sample_photos needs scikit-image: pip install 'beton[examples]'") from error
+        raise ImportError("beton.tools.sample_photos needs scikit-image: pip install 'beton[examples]'") from error
     if name not in PHOTO_NAMES:
         raise ValueError(f"unknown photo {name!r}; choose from {PHOTO_NAMES}")
     photo = np.ascontiguousarray(getattr(skimage.data, name)())

@@ -27,7 +27,7 @@ __all__ = ["sequential_frame", "frame_size", "rows_to_decode", "decode_rows"]
 _SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
 
 
-@numba.njit(cache=True)  # keeps the GIL: a microsecond's work, see beton.fields.image_crops
+@numba.njit(cache=True)  # keeps the GIL: a microsecond's work, see beton.decoders.image_crops
 def _frame_layout(payload: np.ndarray) -> tuple[int, int]:
     """(offset of the SOF marker, MCU height in pixels) of a one-scan sequential JPEG, else (-1, 0).
 

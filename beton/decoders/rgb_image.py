@@ -9,7 +9,7 @@ remaining resize is mostly below 2x, where bilinear interpolation is about as go
 eighth of its cost (see ``benchmarks/image_quality.py`` for the measurement). Decoding writes into a
 per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory is bounded by the batch,
 not by the largest image in the file. Sequential JPEGs are decoded only down to the crop's bottom edge
-(:mod:`beton.fields.jpeg_rows`): the same pixels for ~15 % less decoding under RandomResizedCrop.
+(:mod:`beton.decoders.jpeg_rows`): the same pixels for ~15 % less decoding under RandomResizedCrop.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
 libjpeg-turbo's box filter instead of its triangle filter: decoding costs 15-25 % less in our runs, and
@@ -29,12 +29,14 @@ import cv2
 import numpy as np
 import simplejpeg
 
+from beton.codecs.image_record import IMAGE_MODES, JPEG_COLORSPACES, JPEG_MODES, raw_view
+from beton.codecs.jpeg_scans import progressive_prefix, scans_to_read
+from beton.codecs.lossless import decode_lossless_region
+from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
-from beton.fields.image_crops import center_crop, random_resized_crop
-from beton.fields.jpeg_rows import decode_rows, frame_size, rows_to_decode, sequential_frame
-from beton.fields.lossless_codec import decode_lossless_region
-from beton.fields.rgb_image import _JPEG_COLORSPACES, IMAGE_MODES, JPEG_MODES, RGBImageField, progressive_prefix
-from beton.pipeline.operation import BatchContext, SampleOperation, Source, SourceState, State
+from beton.decoders.image_crops import center_crop, random_resized_crop
+from beton.decoders.jpeg_rows import decode_rows, frame_size, rows_to_decode, sequential_frame
+from beton.pipeline.operation import BatchContext, SampleOperation, Source, State
 
 __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder",
            "choose_dct_factor", "resize_into", "single_threaded_opencv"]
@@ -63,11 +65,8 @@ def choose_dct_factor(crop_height: int, crop_width: int, out_height: int, out_wi
     return 1
 
 
-def _image_field(operation: Any, previous: Any) -> RGBImageField:
-    if not isinstance(previous, SourceState) or not isinstance(previous.field, RGBImageField):
-        described = previous.describe() if hasattr(previous, "describe") else repr(previous)
-        raise PipelineError(f"{operation!r} decodes an RGBImageField and must come first, got {described}")
-    return previous.field
+def _image_field(operation: Any, previous: Any) -> Any:
+    return require_field(operation, previous, "beton.fields.rgb_image.RGBImageField").field
 
 
 def resize_into(region: np.ndarray, out: np.ndarray) -> None:
@@ -128,7 +127,7 @@ class _CropDecoder(SampleOperation):
         top, left, crop_height, crop_width = self.crop(context.key, sample, height, width)
         out = dst[i]
         if metadata["mode"] in JPEG_MODES:
-            payload = progressive_prefix(payload, metadata, _fidelity(self, context),
+            payload = progressive_prefix(payload, metadata, scans_to_read(context.fidelity, self.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             region = self._decoded_crop(payload, (height, width, channels), (top, left, crop_height, crop_width),
                                         out.shape, context)
@@ -136,7 +135,7 @@ class _CropDecoder(SampleOperation):
             region = decode_lossless_region(payload, height, width, channels, top, left, crop_height, crop_width,
                                             context.scratch, out.dtype)
         else:
-            image = _raw_view(payload, height, width, channels, out.dtype)
+            image = raw_view(payload, height, width, channels, out.dtype)
             region = image[top : top + crop_height, left : left + crop_width]
         resize_into(region, out)
 
@@ -156,14 +155,14 @@ class _CropDecoder(SampleOperation):
 def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int, fast_upsample: bool,
                    bottom: int | None, context: BatchContext) -> tuple[np.ndarray, float, float]:
     """Decode at 1/``factor`` (DCT scaling) into the slot's scratch: the whole image, or with ``bottom`` (a row
-    of the image) only the rows above it, where the JPEG allows (see :mod:`beton.fields.jpeg_rows`).
+    of the image) only the rows above it, where the JPEG allows (see :mod:`beton.decoders.jpeg_rows`).
 
     Returns the decoded rows and the scale from the image to the decode (vertical, horizontal).
     """
     height, width, channels = shape
     # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
     scaled_height, scaled_width = -(-height // factor), -(-width // factor)
-    options = {"colorspace": _JPEG_COLORSPACES[channels], "min_width": scaled_width, "min_factor": factor,
+    options = {"colorspace": JPEG_COLORSPACES[channels], "min_width": scaled_width, "min_factor": factor,
                "fastupsample": fast_upsample}
     try:
         frame = sequential_frame(payload) if bottom is not None else None
@@ -190,17 +189,6 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
     return image, scaled_height / height, scaled_width / width
-
-
-def _fidelity(decoder: Any, context: BatchContext) -> int | None:
-    return context.fidelity if context.fidelity is not None else decoder.fidelity
-
-
-def _raw_view(payload: np.ndarray, height: int, width: int, channels: int, dtype: np.dtype) -> np.ndarray:
-    expected = height * width * channels * dtype.itemsize
-    if payload.size != expected:
-        raise DecodeError(f"raw image of {height}x{width}x{channels} needs {expected} bytes, got {payload.size}")
-    return payload.view(dtype).reshape(height, width, channels)
 
 
 @_output_size_settable
@@ -264,10 +252,10 @@ class SimpleRGBImageDecoder(SampleOperation):
         if (height, width) != out.shape[:2]:
             raise DecodeError(f"image is {width}x{height}, expected {out.shape[1]}x{out.shape[0]}")
         if metadata["mode"] in JPEG_MODES:
-            payload = progressive_prefix(payload, metadata, _fidelity(self, context),
+            payload = progressive_prefix(payload, metadata, scans_to_read(context.fidelity, self.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             try:
-                decoded = simplejpeg.decode_jpeg(payload, colorspace=_JPEG_COLORSPACES[channels], buffer=out)
+                decoded = simplejpeg.decode_jpeg(payload, colorspace=JPEG_COLORSPACES[channels], buffer=out)
             except ValueError as error:
                 raise DecodeError(f"JPEG cannot be decoded: {error}") from None
             if decoded.shape[:2] != (height, width):  # a smaller JPEG fills only the front of the slot's buffer
@@ -277,4 +265,4 @@ class SimpleRGBImageDecoder(SampleOperation):
             out[...] = decode_lossless_region(payload, height, width, channels, 0, 0, height, width, context.scratch,
                                               out.dtype)
         else:
-            out[...] = _raw_view(payload, height, width, channels, out.dtype)
+            out[...] = raw_view(payload, height, width, channels, out.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import simplejpeg
 
-from beton.sample_photos import photo_crop
+from beton.tools.sample_photos import photo_crop
 
 __all__ = ["make_jpegs", "make_raw_images", "JpegDataset", "ArrayDataset", "DecodedJpegDataset"]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from beton.errors import CorruptDataError, error_context
 from beton.fields.base import Field
-from beton.reader import Reader
+from beton.storage.reader import Reader
 
 __all__ = ["verify", "VerifyReport"]
 

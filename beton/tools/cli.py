@@ -24,11 +24,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import beton
+from beton._version import __version__
 from beton.errors import BetonError
-from beton.fields.rgb_image import IMAGE_MODES, WRITE_MODES, RGBImageField, scan_bytes
-from beton.reader import Reader
-from beton.verify import verify
+from beton.codecs.image_record import IMAGE_MODES
+from beton.codecs.jpeg_scans import fidelity_bytes
+from beton.fields.rgb_image import WRITE_MODES, RGBImageField
+from beton.storage.reader import Reader
+from beton.storage.verify import verify
 
 __all__ = ["main", "describe"]
 
@@ -49,8 +51,9 @@ def describe(reader: Reader) -> str:
         lines.append(f"  {name!r}: {descriptor.type_name} {arguments}")
         if descriptor.has_payload and reader.num_samples:
             sizes = reader.allocation_table[:, descriptor.payload_column]["size"]
-            if "scan_starts" in (reader.data_table[name].dtype.names or ()):  # grouped: allocations overlap
-                sizes = scan_bytes(reader.data_table[name], None)
+            pieces = reader.fields[name].read_pieces(reader.data_table[name], None)
+            if pieces is not None:  # stored in pieces (scan-grouped): allocations overlap
+                sizes = pieces.read_bytes()
             lines.append(
                 f"      payload bytes: mean {float(np.mean(sizes)):.1f}, min {int(sizes.min())}, "
                 f"max {int(sizes.max())}, total {_bytes(int(sizes.sum()))}"
@@ -91,13 +94,11 @@ def _image_summary(metadata: np.ndarray) -> list[str]:
 
 def _fidelity_lines(metadata: np.ndarray) -> list[str]:
     """Mean bytes read per image at each progressive-JPEG fidelity, and the I/O saved against all scans."""
-    scans = metadata["num_scans"].astype(np.int64)
-    ends = metadata["scan_ends"].astype(np.float64)
-    full = ends[np.arange(len(ends)), scans - 1] + 2
+    full = fidelity_bytes(metadata, None).mean()
     lines = ["      progressive fidelity (scans read: mean bytes per image, predicted I/O speed-up):"]
-    for k in range(1, int(scans.max()) + 1):
-        read = np.where(scans > k, ends[:, k - 1] + 2, full)  # fewer scans stored: the whole image
-        lines.append(f"        {k:2d}: {read.mean():10.1f} B  x{full.mean() / read.mean():.2f}")
+    for k in range(1, int(metadata["num_scans"].max()) + 1):
+        read = fidelity_bytes(metadata, k).mean()
+        lines.append(f"        {k:2d}: {read:10.1f} B  x{full / read:.2f}")
     return lines
 
 
@@ -129,7 +130,7 @@ def _verify(arguments: argparse.Namespace) -> int:
 
 
 def _convert_imagefolder(arguments: argparse.Namespace) -> int:
-    from beton.convert import convert_image_folder
+    from beton.tools.convert import convert_image_folder
 
     dataset = convert_image_folder(arguments.source, arguments.output, write_mode=arguments.write_mode,
                                    max_resolution=arguments.max_resolution, jpeg_quality=arguments.jpeg_quality,
@@ -140,7 +141,7 @@ def _convert_imagefolder(arguments: argparse.Namespace) -> int:
 
 
 def _convert_numpy(arguments: argparse.Namespace) -> int:
-    from beton.convert import convert_arrays
+    from beton.tools.convert import convert_arrays
 
     with np.load(arguments.source, allow_pickle=False) as loaded:
         arrays = {arguments.name: loaded} if isinstance(loaded, np.ndarray) else {k: loaded[k] for k in loaded.files}
@@ -152,7 +153,7 @@ def _convert_numpy(arguments: argparse.Namespace) -> int:
 def _convert_torch(arguments: argparse.Namespace) -> int:
     import torch
 
-    from beton.convert import convert_arrays
+    from beton.tools.convert import convert_arrays
 
     loaded = torch.load(arguments.source, map_location="cpu", weights_only=True)
     if isinstance(loaded, torch.Tensor):
@@ -170,7 +171,7 @@ def _convert_torch(arguments: argparse.Namespace) -> int:
 
 
 def _tune(arguments: argparse.Namespace) -> int:
-    from beton.tune import tune
+    from beton.tools.tune import tune
 
     bandwidth = arguments.read_bandwidth * 1e6 if arguments.read_bandwidth is not None else None
     profile, plan = tune(arguments.source, arguments.output, field=arguments.field, batch_size=arguments.batch_size,
@@ -188,7 +189,7 @@ def _tune(arguments: argparse.Namespace) -> int:
 
 
 def _bench(arguments: argparse.Namespace) -> int:
-    from beton.bench import run_suite
+    from beton.tools.bench import run_suite
 
     run_suite(quick=arguments.quick, output_dir=arguments.output)
     return 0
@@ -203,7 +204,7 @@ def _existing_path(text: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="beton",
                                      description="Inspect, check, convert, tune and benchmark .beton files.")
-    parser.add_argument("--version", action="version", version=f"beton {beton.__version__}")
+    parser.add_argument("--version", action="version", version=f"beton {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")

@@ -1,7 +1,7 @@
 """Where to crop: torchvision's RandomResizedCrop algorithm and FFCV-style center crops, compiled.
 
 Both return (top, left, height, width) in pixels of the stored image. The random one draws from the
-counter-based generator (:mod:`beton.pipeline.random`), so a crop depends only on (key, sample).
+counter-based generator (:mod:`beton.random`), so a crop depends only on (key, sample).
 
 They keep the GIL (no ``nogil``): the decoders' worker threads call them from Python for a microsecond, and
 letting go of the GIL for that long only hands it to the other worker, to be waited for on the way back.
@@ -13,7 +13,7 @@ import math
 
 import numba
 
-from beton.pipeline.random import uniform
+from beton.random import uniform
 
 __all__ = ["random_resized_crop", "center_crop"]
 

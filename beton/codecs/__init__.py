@@ -1,0 +1,6 @@
+"""Codecs: bytes to pixels and back, below both the fields that store images and the decoders that read them.
+
+:mod:`~beton.codecs.image_record` is the data-table record of a stored image (modes, scan tables),
+:mod:`~beton.codecs.jpeg_scans` everything about progressive-JPEG scans, :mod:`~beton.codecs.lossless`
+beton's tiled lossless codec. No module here knows fields, pipelines or files.
+"""

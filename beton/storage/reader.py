@@ -1,0 +1,471 @@
+"""Reader: open a .beton file, validate every offset, size and table checksum, and expose its tables.
+
+Validation happens once, on open, with vectorised numpy checks (a million samples open in well under a
+second), so that compiled code reading payloads later can trust every (offset, size) in the allocation table:
+each one lies inside the heap, which lies inside the file. Page contents are checked by :func:`verify`, which
+reads the whole file.
+
+Files are untrusted input, and checksums do not make them trustworthy (whoever edits a file can recompute them).
+So every count and record is checked against the file before it is used, and what opening and reading cost is
+bounded by the file's size: counts against the tables that hold them; field-table strings against the table
+(each distinct string decoded and parsed once, so records sharing a string cannot multiply the work); JSON
+nesting (:mod:`beton._json`); metadata dtypes against plain little-endian numbers; and every field's records
+against what the field can read (:meth:`~beton.fields.Field.check_records`: image modes, channels, sizes, the
+pixel cap, scan tables, lossless sizes), vectorised over the whole data table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import zlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from beton import _json, dtypes
+from beton.limits import ReadLimits, max_image_pixels_from_environment
+from beton.storage import ffcv_format
+from beton.storage import format as fmt
+from beton.errors import CorruptDataError, FieldError, FormatError, error_context
+from beton.fields import BUILTIN_FIELDS
+from beton.fields.base import Field, UnknownField
+from beton.fields.registry import FieldClasses, unregistered_reason
+
+__all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
+
+TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldDescriptor:
+    """A field as the file stores it, independent of whether its class can be found."""
+
+    name: str
+    type_name: str
+    arguments: dict[str, Any]
+    metadata_dtype: np.dtype
+    payload_column: int
+
+    @property
+    def has_payload(self) -> bool:
+        return self.payload_column != fmt.NO_PAYLOAD
+
+
+class Reader:
+    """A validated, read-only view of a .beton file.
+
+    Attributes:
+        path, num_samples, page_size, num_pages, heap_offset, heap_size
+        fields: field name -> Field (an :class:`~beton.fields.UnknownField` where the class is not found)
+        descriptors: field name -> :class:`FieldDescriptor`, as stored
+        data_table: read-only memory-mapped structured array, one record per sample
+        allocation_table: read-only (num_samples, num_payload_fields) array of (offset, size)
+        page_checksums: stored CRC32 of every page
+
+    ``reader[i]`` decodes sample i into a tuple of Python values (for inspection and tests; the Loader is the
+    fast path). Use as a context manager or call :meth:`close` to release the memory map.
+
+    ``max_image_pixels`` caps the decoded size (height x width) of every image record, checked on open: a file
+    claiming more is refused before anything is allocated. The default, "environment", takes
+    ``$BETON_MAX_IMAGE_PIXELS`` (a number, or "none") and otherwise :data:`beton.limits.DEFAULT_MAX_IMAGE_PIXELS`;
+    None lifts the cap, for files you trust.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
+        max_image_pixels: int | None | Literal["environment"] = "environment",
+    ) -> None:
+        self.path = os.fspath(path)
+        self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
+                                 else max_image_pixels)
+        with error_context(path=self.path):
+            self._open(custom_fields)
+
+    def _open(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
+        try:
+            self._memmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except ValueError:  # numpy refuses to map an empty file
+            raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
+        self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage
+        if bytes(self._map[: len(fmt.MAGIC)]) == fmt.MAGIC:
+            self._open_beton(custom_fields)
+            return
+        # FFCV files have no magic number: only a consistent structure tells them from other files
+        problem = ffcv_format.structure_problem(self._map)
+        if problem is None:
+            self._open_ffcv()
+        elif bytes(self._map[:2]) == ffcv_format.VERSION_BYTES:
+            raise FormatError(f"not a beton or FFCV file: it starts like an FFCV v{ffcv_format.FFCV_VERSION} file, "
+                              f"but {problem}")
+        else:
+            _read_header(self._map)  # raises: not a beton file
+
+    def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
+        self.format = f"beton v{fmt.FORMAT_VERSION}"
+        self.checksummed = True
+        self.header = _read_header(self._map)
+        self.num_samples = int(self.header["num_samples"])
+        self.page_size = int(self.header["page_size"])
+        self.num_pages = int(self.header["num_pages"])
+        self.heap_offset = int(self.header["heap_offset"])
+        self.heap_size = int(self.header["heap_size"])
+        _check_layout(self.header, len(self._map))
+        _check_gaps_are_zero(self._map, self.header)
+        tables = {name: self._table_bytes(name) for name in TABLE_NAMES}
+        self.descriptors = {d.name: d for d in _parse_field_table(tables["field_table"], self.header)}
+        self.fields = _instantiate_fields(self.descriptors, custom_fields)
+        num_columns = int(self.header["num_payload_fields"])
+        data_dtype = self._data_dtype()
+        _check_sample_count(self.num_samples, data_dtype.itemsize, num_columns, len(self._map))
+        self.data_table = _typed_table(tables["data_table"], data_dtype, (self.num_samples,), "data_table")
+        self.allocation_table = _typed_table(
+            tables["allocation_table"], fmt.ALLOCATION_DTYPE, (self.num_samples, num_columns), "allocation_table"
+        )
+        self.page_checksums = _typed_table(
+            tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
+        )
+        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        self._check_records()
+
+    def _open_ffcv(self) -> None:
+        """A file written by FFCV (format version 2): read-only, no checksums to check."""
+        tables = ffcv_format.read_ffcv(self._map)
+        self.format = f"FFCV v{ffcv_format.FFCV_VERSION} (read-only, no checksums)"
+        self.checksummed = False
+        self.header = None
+        self.num_samples, self.page_size = tables.num_samples, tables.page_size
+        self.heap_offset, self.heap_size = 0, len(self._map)  # FFCV pages are numbered from the file's start
+        self.num_pages = fmt.page_count(self.heap_size, self.page_size)
+        columns = iter(range(tables.allocation_table.shape[1]))
+        self.descriptors = {
+            name: FieldDescriptor(name, field.stored_type_name(), field.arguments(), field.metadata_dtype,
+                                  next(columns) if field.has_payload else fmt.NO_PAYLOAD)
+            for name, field in zip(tables.names, tables.fields)
+        }
+        self.fields = dict(zip(tables.names, tables.fields))
+        self.data_table, self.allocation_table = tables.data_table, tables.allocation_table
+        self.page_checksums = np.zeros(0, fmt.PAGE_CHECKSUM_DTYPE)
+        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        self._check_records()
+
+    def _payload_sizes(self, name: str) -> np.ndarray | None:
+        column = self.descriptors[name].payload_column
+        return None if column == fmt.NO_PAYLOAD else self.allocation_table[:, column]["size"]
+
+    def _check_records(self) -> None:
+        """Every field's stored records against what it can read (vectorised, once, on open)."""
+        limits = ReadLimits(self.max_image_pixels, max_payload_bytes=len(self._map))
+        for name, field in self.fields.items():
+            with error_context(field=name):
+                field.check_records(self.data_table[name], self._payload_sizes(name), limits)
+
+    def check_payloads(self) -> None:
+        """The checks of stored records that opening leaves to decoders (each payload's size against its
+        field's shape), over the whole file: for :func:`beton.storage.verify`."""
+        for name, field in self.fields.items():
+            with error_context(field=name):
+                field.check_payloads(self.data_table[name], self._payload_sizes(name))
+
+    def _table_bytes(self, name: str) -> np.ndarray:
+        ref = self.header[name]
+        offset, size = int(ref["offset"]), int(ref["size"])
+        blob = self._map[offset : offset + size]
+        if zlib.crc32(blob) != int(ref["crc32"]):
+            raise CorruptDataError(f"checksum of the {name.replace('_', ' ')} does not match (offset {offset})")
+        return blob
+
+    def _data_dtype(self) -> np.dtype:
+        try:
+            return fmt.data_table_dtype((d.name, d.metadata_dtype) for d in self.descriptors.values())
+        except (TypeError, ValueError) as error:
+            raise FormatError(f"the fields' metadata dtypes do not form a data table record: {error}") from None
+
+    @property
+    def field_names(self) -> list[str]:
+        return list(self.descriptors)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        position = _check_index(index, self.num_samples)
+        record = self.data_table[position]
+        values = []
+        for name, field in self.fields.items():
+            with error_context(path=self.path, field=name, sample=position):
+                values.append(field.to_python(record[name], self.payload(position, name)))
+        return tuple(values)
+
+    def payload(self, index: int, field: str) -> np.ndarray | None:
+        """The raw payload bytes of one sample's field as a read-only uint8 view (None for no payload)."""
+        position = _check_index(index, self.num_samples)
+        column = self.descriptors[field].payload_column
+        if column == fmt.NO_PAYLOAD:
+            return None
+        offset, size = self.allocation_table[position, column]
+        return self._map[int(offset) : int(offset) + int(size)]
+
+    def page_bounds(self, page: int) -> tuple[int, int]:
+        """Absolute [start, end) byte range of one heap page."""
+        start = self.heap_offset + page * self.page_size
+        return start, min(start + self.page_size, self.heap_offset + self.heap_size)
+
+    def advise_random_access(self) -> None:
+        """Tell the kernel not to read ahead on this file's memory map (``MADV_RANDOM``), where supported."""
+        import mmap as mmap_module
+
+        raw = getattr(self._memmap, "_mmap", None)
+        if raw is not None and hasattr(raw, "madvise") and hasattr(mmap_module, "MADV_RANDOM"):
+            raw.madvise(mmap_module.MADV_RANDOM)
+
+    @property
+    def file_map(self) -> np.ndarray:
+        """The whole file as a read-only uint8 memory map."""
+        return self._map
+
+    def close(self) -> None:
+        """Drop this reader's references to the memory map.
+
+        The map itself is unmapped when the last array viewing it is garbage collected: numpy views do not
+        count as buffer exports of the mmap object, so closing it here would leave views handed out earlier
+        (tables, payloads) pointing at unmapped memory, and reading them would crash the process.
+        """
+        self._map = self._memmap = None
+        self.data_table = self.allocation_table = self.page_checksums = None
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Reader({self.path!r}, num_samples={self.num_samples}, fields={self.field_names})"
+
+
+def _check_index(index: int, num_samples: int) -> int:
+    position = int(index)
+    if position < 0:
+        position += num_samples
+    if not 0 <= position < num_samples:
+        raise IndexError(f"sample index {index} out of range for {num_samples} samples")
+    return position
+
+
+def _read_header(file_map: np.ndarray) -> np.void:
+    if len(file_map) < fmt.HEADER_SIZE:
+        raise FormatError(f"file is {len(file_map)} bytes, smaller than the {fmt.HEADER_SIZE}-byte header")
+    raw = bytes(file_map[: fmt.HEADER_SIZE])
+    header = np.frombuffer(raw, fmt.HEADER_DTYPE)[0]
+    if raw[: len(fmt.MAGIC)] != fmt.MAGIC:
+        raise FormatError(f"not a beton file: magic is {raw[:8]!r}, expected {fmt.MAGIC!r}")
+    if zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) != int(header["header_crc32"]):
+        raise CorruptDataError("header checksum does not match")
+    version = int(header["version"])
+    if version != fmt.FORMAT_VERSION:
+        newer = "newer than" if version > fmt.FORMAT_VERSION else "different from"
+        raise FormatError(f"format version {version} is {newer} the supported version {fmt.FORMAT_VERSION}")
+    if int(header["header_size"]) != fmt.HEADER_SIZE:
+        raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
+    return header
+
+
+def _regions(header: np.void) -> list[tuple[str, int, int]]:
+    """Every region after the header: (name, start, end), in file order."""
+    heap_start = int(header["heap_offset"])
+    regions = [("heap", heap_start, heap_start + int(header["heap_size"]))]
+    for name in TABLE_NAMES:
+        offset = int(header[name]["offset"])
+        regions.append((name, offset, offset + int(header[name]["size"])))
+    return regions
+
+
+def _check_layout(header: np.void, file_size: int) -> None:
+    page_size = int(header["page_size"])
+    if not fmt.is_valid_page_size(page_size):
+        raise FormatError(f"page size {page_size} is not a power of two in [{fmt.MIN_PAGE_SIZE}, {fmt.MAX_PAGE_SIZE}]")
+    if int(header["heap_offset"]) != fmt.HEAP_OFFSET:
+        raise FormatError(f"heap offset is {int(header['heap_offset'])}, expected {fmt.HEAP_OFFSET}")
+    expected_pages = fmt.page_count(int(header["heap_size"]), page_size)
+    if int(header["num_pages"]) != expected_pages:
+        raise FormatError(f"header says {int(header['num_pages'])} pages, the heap size implies {expected_pages}")
+    previous_name, previous_end = "header", fmt.HEAP_OFFSET
+    for name, start, end in _regions(header):
+        if start < previous_end:
+            raise FormatError(f"{name} at offset {start} overlaps the {previous_name} ending at {previous_end}")
+        if end > file_size:
+            raise FormatError(
+                f"{name} ends at offset {end} but the file is only {file_size} bytes (truncated?)"
+            )
+        previous_name, previous_end = name, end
+    if previous_end != file_size:
+        raise FormatError(f"file is {file_size} bytes, the header says it ends at {previous_end}")
+
+
+def _check_gaps_are_zero(file_map: np.ndarray, header: np.void) -> None:
+    # Padding between regions carries no data; requiring zeros there means no byte of the file goes unchecked.
+    previous_end = fmt.HEADER_SIZE
+    for name, start, end in _regions(header):
+        if file_map[previous_end:start].any():
+            raise CorruptDataError(f"padding before the {name} (offsets {previous_end}..{start}) is not zero")
+        previous_end = end
+
+
+_STRING_PARTS = ("type_name", "name", "arguments", "metadata_dtype")
+
+
+def _parse_field_table(blob: np.ndarray, header: np.void) -> list[FieldDescriptor]:
+    num_fields, num_payload_fields = int(header["num_fields"]), int(header["num_payload_fields"])
+    records_size = num_fields * fmt.FIELD_RECORD_DTYPE.itemsize
+    if records_size > len(blob):
+        raise FormatError(f"field table is {len(blob)} bytes, too small for {num_fields} field records")
+    if num_payload_fields > num_fields:
+        raise FormatError(f"header says {num_payload_fields} payload fields but only {num_fields} fields")
+    records = np.frombuffer(blob[:records_size].tobytes(), fmt.FIELD_RECORD_DTYPE)
+    strings = _StringArea(blob[records_size:].tobytes(), records)
+    descriptors = [_parse_field_record(record, strings, index) for index, record in enumerate(records)]
+    _check_descriptors(descriptors, num_payload_fields)
+    return descriptors
+
+
+class _StringArea:
+    """The field table's strings, checked against the area all at once, each distinct one decoded and parsed
+    once: records may share a string, and sharing must not multiply the memory and time spent on it."""
+
+    def __init__(self, data: bytes, records: np.ndarray) -> None:
+        self._data = data
+        self._parsed: dict[tuple[str, int, int], Any] = {}
+        refs = np.stack([records[part] for part in _STRING_PARTS])  # (part, record)
+        offsets, sizes = refs["offset"].astype(np.uint64), refs["size"].astype(np.uint64)
+        outside = offsets + sizes > len(data)  # u4 + u4: no overflow in u8
+        if outside.any():
+            part, index = (int(i) for i in np.argwhere(outside)[0])
+            raise FormatError(f"field record {index}: {_STRING_PARTS[part]} string lies outside the field table")
+        distinct = np.unique(np.stack([offsets.ravel(), sizes.ravel()], axis=1), axis=0)
+        total = int(distinct[:, 1].sum())
+        if total > len(data):
+            raise FormatError(f"field records refer to {total} bytes of distinct strings that overlap, more than "
+                              f"the {len(data)}-byte string area holds")
+
+    def text(self, record: np.void, part: str, index: int) -> str:
+        return self._cached("text", record[part], lambda raw: _utf8(raw, part, index))
+
+    def dtype(self, record: np.void, index: int) -> np.dtype:
+        return self._cached("dtype", record["metadata_dtype"],
+                            lambda raw: _metadata_dtype(_utf8(raw, "metadata_dtype", index)))
+
+    def json(self, record: np.void, part: str, index: int) -> Any:
+        """Parsed JSON, shared by the records that share the string (read it, do not change it)."""
+        return self._cached("json", record[part], lambda raw: _json.loads(_utf8(raw, part, index)))
+
+    def _cached(self, kind: str, ref: np.void, parse: Any) -> Any:
+        offset, size = int(ref["offset"]), int(ref["size"])
+        key = (kind, offset, size)
+        if key not in self._parsed:
+            self._parsed[key] = parse(self._data[offset : offset + size])
+        return self._parsed[key]
+
+
+def _utf8(raw: bytes, part: str, index: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"field record {index}: {part} is not valid UTF-8") from None
+
+
+def _metadata_dtype(text: str) -> np.dtype:
+    try:  # numpy parses the description: anything it raises on a hostile one is a bad file
+        dtype = dtypes.dtype_from_json(text)
+    except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as error:
+        raise ValueError(f"not a dtype: {error}") from None
+    dtypes.check_metadata_dtype(dtype)
+    return dtype
+
+
+def _parse_field_record(record: np.void, strings: _StringArea, index: int) -> FieldDescriptor:
+    name = strings.text(record, "name", index)
+    try:
+        arguments = strings.json(record, "arguments", index)
+        metadata_dtype = strings.dtype(record, index)
+    except ValueError as error:
+        if isinstance(error, FormatError):
+            raise
+        raise FormatError(f"field {name!r}: stored arguments or metadata dtype are invalid: {error}") from None
+    if not isinstance(arguments, dict):
+        raise FormatError(f"field {name!r}: stored arguments are not a JSON object")
+    return FieldDescriptor(name, strings.text(record, "type_name", index), arguments, metadata_dtype,
+                           int(record["payload_column"]))
+
+
+def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: int) -> None:
+    names = [d.name for d in descriptors]
+    if len(set(names)) != len(names) or not all(names):
+        raise FormatError(f"field names must be unique and non-empty, got {names}")
+    columns = sorted(d.payload_column for d in descriptors if d.has_payload)
+    if columns != list(range(num_payload_fields)):
+        raise FormatError(f"payload columns {columns} do not match {num_payload_fields} payload fields")
+
+
+def _instantiate_fields(descriptors: Mapping[str, FieldDescriptor],
+                        custom_fields: Mapping[str, type[Field]] | None) -> dict[str, Field]:
+    classes = FieldClasses(BUILTIN_FIELDS, custom_fields)  # once per file, however many fields it names
+    return {name: _instantiate_field(descriptor, classes) for name, descriptor in descriptors.items()}
+
+
+def _instantiate_field(descriptor: FieldDescriptor, classes: FieldClasses) -> Field:
+    with error_context(field=descriptor.name):
+        cls = classes.resolve(descriptor.type_name, descriptor.name)
+        if cls is None:
+            return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
+                                descriptor.has_payload, unregistered_reason(descriptor.type_name, descriptor.name))
+        try:
+            field = cls.from_arguments(descriptor.arguments)
+        except (TypeError, ValueError, LookupError, ArithmeticError) as error:  # arguments are the file's JSON
+            raise FieldError(f"{cls.__name__} cannot be built from stored arguments: {error}") from None
+        if field.metadata_dtype != descriptor.metadata_dtype or field.has_payload != descriptor.has_payload:
+            raise FieldError(
+                f"{cls.__name__} does not match the stored field: metadata dtype {field.metadata_dtype} / "
+                f"payload {field.has_payload}, stored {descriptor.metadata_dtype} / {descriptor.has_payload}"
+            )
+    return field
+
+
+def _check_sample_count(num_samples: int, record_size: int, num_columns: int, file_size: int) -> None:
+    """Samples that store nothing (no metadata, no payload) cost no bytes of the file, so the table sizes do not
+    bound their count; the file's size does, or the index arrays a Loader builds per sample could be anything."""
+    if record_size == 0 and num_columns == 0 and num_samples > file_size:
+        raise FormatError(f"header claims {num_samples} samples that store no bytes; a file of {file_size} bytes "
+                          f"holds at most {file_size}")
+
+
+def _typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
+    expected = math.prod(shape) * dtype.itemsize  # Python integers: header counts cannot overflow them
+    if len(blob) != expected:
+        raise FormatError(f"{name} is {len(blob)} bytes, expected {expected} for shape {shape} of {dtype}")
+    if expected == 0:
+        return np.zeros(shape, dtype)
+    table = blob.view(dtype).reshape(shape)
+    return table
+
+
+def _check_allocations(table: np.ndarray, heap_offset: int, heap_size: int, descriptors: Mapping) -> None:
+    if table.size == 0:
+        return
+    relative = table["offset"].astype(np.uint64) - np.uint64(heap_offset)
+    sizes = table["size"].astype(np.uint64)
+    # Written without additions that could overflow: offset >= heap start, size <= heap size,
+    # and (offset - heap start) <= heap size - size.
+    bad = (table["offset"] < heap_offset) | (sizes > heap_size)
+    bad |= relative > (np.uint64(heap_size) - np.minimum(sizes, np.uint64(heap_size)))
+    if bad.any():
+        sample, column = (int(i) for i in np.argwhere(bad)[0])
+        field = next(d.name for d in descriptors.values() if d.payload_column == column)
+        error = FormatError(
+            f"payload at offset {int(table[sample, column]['offset'])} with size "
+            f"{int(table[sample, column]['size'])} lies outside the heap [{heap_offset}, {heap_offset + heap_size})"
+        )
+        error.sample, error.field = sample, field
+        raise error

@@ -1,0 +1,277 @@
+"""DatasetWriter: turn an indexed dataset or an iterable into one .beton file.
+
+Encoding (the expensive part: array copies, JSON, image compression) runs in worker processes, a chunk of
+consecutive samples per task; the parent receives chunks in order and alone lays out the file. Hence samples
+are stored in dataset order and the file is byte-identical whatever ``num_workers`` is.
+
+Failure behaviour: a sample that cannot be encoded raises :class:`~beton.errors.EncodeError` naming the sample
+and field; a dataset that raises gives :class:`~beton.errors.DatasetError` with the sample index; a worker
+process that dies, or a write to the file that fails (a full disk), gives :class:`~beton.errors.WriterError`
+instead of a hang or a bare ``OSError``. In every case the temporary file is deleted and the target path is
+left as it was.
+
+SIGTERM (the usual "please stop" of job schedulers) is handled like Ctrl-C while a write runs in the main
+thread: the worker processes are stopped, the temporary file is deleted, and then the signal is raised again
+with its previous handler, so the process still ends as the sender asked. This applies only while SIGTERM
+has its default action (which would kill the process without any of that cleanup); a handler of the
+program's own, or SIG_IGN, is left alone.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from beton.storage import format as fmt
+from beton._cores import resolve_workers
+from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_error, encode_chunk
+from beton.storage.file_builder import FileBuilder, field_table_bytes
+from beton.errors import FieldError, WriterError
+from beton.fields.base import Field
+
+__all__ = ["DatasetWriter"]
+
+DEFAULT_CHUNKSIZE = 100
+
+
+class DatasetWriter:
+    """Writes samples into a .beton file.
+
+    Args:
+        path: the file to create; replaced atomically when writing succeeds, untouched when it fails. Its mode
+            is 0666 minus the umask, as ``open()`` gives a new file.
+        fields: field name -> :class:`~beton.fields.Field`, in the order of each sample's tuple.
+        num_workers: encoding processes; -1 uses every usable core, 0 or 1 encodes in this process.
+        page_size: heap page size in bytes, a power of two of at least 256 (default 8 MiB).
+        seed: seeds anything random in encoding, per sample and field.
+        progress: show a tqdm progress bar.
+        start_method: multiprocessing start method for the workers (default "fork" where available, so
+            datasets need not be picklable).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, Field],
+        *,
+        num_workers: int = -1,
+        page_size: int = fmt.DEFAULT_PAGE_SIZE,
+        seed: int = 0,
+        progress: bool = True,
+        start_method: str | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        _check_fields(fields)
+        if not fmt.is_valid_page_size(page_size):
+            raise FieldError(
+                f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
+                f"got {page_size}"
+            )
+        names = tuple(fields)
+        field_objects = tuple(fields.values())
+        data_dtype = fmt.data_table_dtype((name, field.metadata_dtype) for name, field in fields.items())
+        self._spec = EncodeSpec(self.path, names, field_objects, data_dtype, int(seed))
+        try:
+            field_table_bytes(self._spec)
+        except (TypeError, ValueError) as error:
+            raise FieldError(f"field arguments must be JSON-serialisable: {error}") from None
+        self.page_size = page_size
+        self.num_workers = resolve_workers(num_workers, minimum=0)
+        self.progress = progress
+        self.start_method = start_method or (
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        )
+
+    @property
+    def fields(self) -> dict[str, Field]:
+        return dict(zip(self._spec.names, self._spec.fields))
+
+    def from_indexed_dataset(
+        self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE,
+        shuffle_indices: bool = False,
+    ) -> None:
+        """Write ``dataset[i]`` for i in ``indices`` (default: all of ``range(len(dataset))``), in that order.
+
+        Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order. ``shuffle_indices``
+        (FFCV's) stores them in an order shuffled by the writer's ``seed``, so the file is still the same for
+        any ``num_workers``.
+        """
+        order = range(len(dataset)) if indices is None else [int(index) for index in indices]
+        if shuffle_indices:
+            order = [int(i) for i in np.random.default_rng([self._spec.seed, _SHUFFLE]).permutation(order)]
+        items = (ChunkItem(position, index) for position, index in enumerate(order))
+        self._write(_chunks(items, chunksize), len(order), dataset)
+
+    def from_iterable(
+        self, iterable: Iterable[Any], length: int | None = None, chunksize: int = DEFAULT_CHUNKSIZE
+    ) -> None:
+        """Write every sample the iterable yields, in order; ``length`` only sizes the progress bar."""
+        self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
+
+    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> None:
+        with _sigterm_cleans_up():
+            try:
+                builder = FileBuilder(self._spec, self.page_size)
+            except OSError as error:
+                raise _io_error(self.path, error) from error
+            encoded = self._encoded_chunks(chunks, dataset)
+            bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
+            try:
+                for chunk in encoded:
+                    builder.add(chunk)
+                    bar.update(len(chunk.rows))
+                builder.commit()
+            except OSError as error:  # the dataset's and the fields' own errors arrive wrapped, not as OSError
+                builder.abort()
+                raise _io_error(self.path, error) from error
+            except BaseException:
+                builder.abort()
+                raise
+            finally:
+                encoded.close()  # stops and joins the worker processes now, also when an error is propagating
+                bar.close()
+
+    def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+        if self.num_workers <= 1:
+            for chunk in chunks:
+                yield encode_chunk(self._spec, dataset, chunk)
+            return
+        yield from self._encode_in_workers(chunks, dataset)
+
+    def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+        context = multiprocessing.get_context(self.start_method)
+        pool = ProcessPoolExecutor(
+            self.num_workers, mp_context=context, initializer=_init_worker, initargs=(self._spec, dataset)
+        )
+        pending: collections.deque[tuple[Future, list[ChunkItem]]] = collections.deque()
+        try:
+            for chunk in chunks:
+                pending.append((pool.submit(_encode_in_worker, chunk), chunk))
+                if len(pending) >= 2 * self.num_workers:  # bound memory: only a few chunks in flight
+                    yield _result(*pending.popleft(), self.path)
+            while pending:
+                yield _result(*pending.popleft(), self.path)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SHUFFLE = 0x5348  # keys the shuffle_indices permutation apart from the fields' own draws (which take 3 keys)
+
+
+def _io_error(path: str, error: OSError) -> WriterError:
+    wrapped = WriterError(f"writing failed: {error.strerror or error}"
+                          + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else ""))
+    wrapped.path = path
+    return wrapped
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a dataset
+    does not stop it), then the signal is raised again."""
+
+
+@contextlib.contextmanager
+def _sigterm_cleans_up() -> Iterator[None]:
+    """While the block runs, SIGTERM unwinds it (running every cleanup) instead of killing the process at
+    once; afterwards the previous handler is back and the signal is raised again (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+    received = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker before its initializer ran: die as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        elif not received:  # a second SIGTERM must not interrupt the cleanup the first one started
+            received.append(signum)
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except _Terminated:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if received:  # also when the cleanup raised something else: the sender asked for the process to end
+            signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
+
+
+def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        error = WriterError(
+            f"a writer worker process died while encoding samples {chunk[0].dataset_index}.."
+            f"{chunk[-1].dataset_index} (killed, out of memory, or a crash in native code)"
+        )
+        error.path = path
+        raise error from None
+
+
+# The encoding worker's inputs live in this process-local slot, set once by the pool initializer: with the
+# "fork" start method the dataset is inherited rather than pickled, so any dataset works. The parent process
+# never touches it.
+_worker_inputs: dict[str, Any] = {}
+
+
+def _init_worker(spec: EncodeSpec, dataset: Any) -> None:
+    # A forked worker inherits the parent's SIGTERM handler, which belongs to the parent's write: a worker sent
+    # SIGTERM dies at once, as it did before (the parent then reports a dead worker).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _worker_inputs["spec"] = spec
+    _worker_inputs["dataset"] = dataset
+
+
+def _encode_in_worker(chunk: list[ChunkItem]) -> EncodedChunk:
+    return encode_chunk(_worker_inputs["spec"], _worker_inputs["dataset"], chunk)
+
+
+def _iterate_samples(path: str, iterable: Iterable[Any]) -> Iterator[ChunkItem]:
+    iterator = iter(iterable)
+    for position in itertools.count():
+        try:
+            value = next(iterator)
+        except StopIteration:
+            return
+        except Exception as error:
+            raise _dataset_error(path, position, error) from error
+        yield ChunkItem(position, position, value, fetch=False)
+
+
+def _chunks(items: Iterator[ChunkItem], chunksize: int) -> Iterator[list[ChunkItem]]:
+    if chunksize < 1:
+        raise ValueError(f"chunksize must be at least 1, got {chunksize}")
+    while chunk := list(itertools.islice(items, chunksize)):
+        yield chunk
+
+
+def _check_fields(fields: Mapping[str, Field]) -> None:
+    if not isinstance(fields, Mapping) or not fields:
+        raise FieldError(f"fields must be a non-empty mapping of name -> Field, got {fields!r}")
+    for name, field in fields.items():
+        if not isinstance(name, str) or not name:
+            raise FieldError(f"field names must be non-empty strings, got {name!r}")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FieldError(f"field name {name!r} is not valid UTF-8") from None
+        if not isinstance(field, Field):
+            raise FieldError(f"field {name!r} must be a Field instance, got {type(field).__name__}")
