@@ -80,16 +80,6 @@ def scan_bytes(metadata: np.ndarray, limit: int | None) -> np.ndarray:
     return metadata["scan_ends"][np.arange(len(metadata)), scans_read(metadata, limit) - 1].astype(np.int64)
 
 
-def whole_jpeg(payload: np.ndarray, metadata: np.void) -> np.ndarray:
-    """A stored JPEG's bytes, contiguous: the payload itself, or a scan-grouped JPEG's scans gathered into a
-    new array with its end marker."""
-    return progressive_prefix(payload, metadata, None, _new_buffer)
-
-
-def _new_buffer(nbytes: int) -> np.ndarray:
-    return np.empty(nbytes, np.uint8)
-
-
 def scans_to_read(loader_fidelity: int | None, decoder_fidelity: int | None) -> int | None:
     """The scans a decoder reads: the loader's fidelity (``Loader.set_fidelity``) overrides the decoder's."""
     return loader_fidelity if loader_fidelity is not None else decoder_fidelity

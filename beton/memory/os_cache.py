@@ -7,7 +7,7 @@ A file changed under a running Loader
 -------------------------------------
 Reading a memory map past the end of a file that has since been truncated kills the process with SIGBUS, so
 the memory layer touches the Reader's map only while the Loader is built: tables and metadata columns are
-copied then, and payloads are read from a map of the cache's own descriptor (:class:`OpenedFile`). Its size
+copied then, and payloads are read from a map of the cache's own descriptor (:class:`~beton.storage.page_source.LocalFile`). Its size
 and modification time are checked before every batch, and the path's identity when an epoch starts, so a
 file truncated, rewritten or replaced raises :class:`~beton.errors.FormatError` naming the file in the
 training loop. What remains: a truncation after a batch's check and before its decoders have read its
@@ -18,19 +18,17 @@ from the file the Loader opened until the next epoch starts, which raises.
 from __future__ import annotations
 
 import mmap
-import os
 import threading
 from collections.abc import Mapping
 
 import numpy as np
 
-from beton.storage import format as fmt
-from beton.errors import BetonError, FormatError, LoaderError
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
+from beton.storage.page_source import LocalFile
 from beton.storage.reader import Reader
 
-__all__ = ["OSCache", "OpenedFile", "allocation_columns", "metadata_column"]
+__all__ = ["OSCache", "allocation_columns", "metadata_column"]
 
 
 def metadata_column(reader: Reader, field_name: str) -> np.ndarray:
@@ -49,64 +47,6 @@ def allocation_columns(reader: Reader) -> tuple[list[np.ndarray], list[np.ndarra
     offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
     sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
     return offsets, sizes
-
-
-class OpenedFile:
-    """The Loader's file, opened once, with checks that it is still the file that was opened and validated.
-
-    ``check()`` (an ``fstat`` of the open descriptor: per batch) raises when the file's size or modification
-    time changed; ``check_path()`` (a ``stat`` of the path: per epoch) also raises when the path names another
-    file (replaced by a rename, or removed). Modification time counts because rewriting a file in place
-    (``cp``, ``open(path, "wb")``) can leave its size as it was; touching the file therefore raises too.
-    """
-
-    def __init__(self, reader: Reader) -> None:
-        self.path = reader.path
-        self.fd = os.open(reader.path, os.O_RDONLY)
-        status = os.fstat(self.fd)
-        self._identity = (status.st_dev, status.st_ino)
-        self.size, self._mtime = status.st_size, status.st_mtime_ns
-        # The path is opened again, so it may name another file than the one the Reader validated: the size
-        # and the header (which holds every table's CRC32) must be those the Reader checked.
-        opened = reader.file_map
-        if self.size != len(opened) or os.pread(self.fd, fmt.HEADER_SIZE, 0) != bytes(opened[: fmt.HEADER_SIZE]):
-            self.close()
-            raise self._error("the file changed between opening it and starting to read it")
-
-    def check(self) -> None:
-        if self.fd < 0:
-            raise self._error("the Loader was closed", LoaderError)
-        status = os.fstat(self.fd)
-        if status.st_size != self.size:
-            raise self._error(f"the file changed while it was being read: it is now {status.st_size} bytes, it "
-                              f"had {self.size} when the Loader opened it (truncated or rewritten)")
-        if status.st_mtime_ns != self._mtime:
-            raise self._error("the file was modified (its modification time changed) while it was being read")
-
-    def check_path(self) -> None:
-        try:
-            status = os.stat(self.path)
-        except FileNotFoundError:
-            raise self._error("the file was removed while it was being read") from None
-        if (status.st_dev, status.st_ino) != self._identity:
-            raise self._error("the path names another file than the one the Loader opened (replaced while it "
-                              "was being read): every batch so far came from the opened file; make a new Loader "
-                              "to read the new one")
-        self.check()
-
-    def short_read(self, what: str, read: int, wanted: int) -> BetonError:
-        """The error for a read that returned fewer bytes than the file had when opened."""
-        return self._error(f"short read of {what}: {read} of {wanted} bytes (the file was truncated?)")
-
-    def _error(self, message: str, kind: type[BetonError] = FormatError) -> BetonError:
-        error = kind(message)
-        error.path = self.path
-        return error
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 class MemoryCounters:
@@ -138,7 +78,7 @@ class OSCache:
 
     def __init__(self, reader: Reader, readahead: bool = True) -> None:
         self._reader = reader
-        self._file = OpenedFile(reader)
+        self._file = LocalFile(reader)
         # The map of the descriptor that check() watches, so both are the same file; it ends where the file
         # ended when opened, and the Reader checked every payload against that size.
         mapping = mmap.mmap(self._file.fd, 0, access=mmap.ACCESS_READ)

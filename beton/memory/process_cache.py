@@ -23,7 +23,7 @@ fewer bytes from storage, as in PCR.
 ``read_bandwidth`` paces the reader thread: after each page it sleeps until the bytes read this epoch are no
 more than the rate allows, so storage never sees more than that rate on average (a page may burst).
 
-A file changed under the cache: reads use ``preadv`` on the descriptor of an :class:`OpenedFile` (whose
+A file changed under the cache: reads use ``preadv`` on the descriptor of a :class:`LocalFile` (whose
 size and modification time are checked before every batch, and the path's identity when an epoch starts), a
 short read is an error (never zeros), and the Reader's memory map is not touched after construction (the
 allocation columns are copied). So a truncated, rewritten or
@@ -39,7 +39,6 @@ run of batches, so every page is read once per epoch; under RANDOM a page may be
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -47,9 +46,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from beton.errors import CorruptDataError
-from beton.memory.os_cache import MemoryCounters, OpenedFile, allocation_columns
+from beton.memory.os_cache import MemoryCounters, allocation_columns
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
+from beton.storage.page_source import LocalFile
 from beton.storage.reader import Reader
 
 __all__ = ["ProcessCache"]
@@ -64,7 +64,7 @@ class ProcessCache:
         self._page_need: np.ndarray | None = None
         self._num_slots = num_slots
         self._requested_budget = budget_pages
-        self._file = OpenedFile(reader)
+        self._file = LocalFile(reader)
         self._offsets, self._sizes = allocation_columns(reader)
         self._condition = threading.Condition()
         self._staging: dict[tuple[int, int], np.ndarray] = {}
@@ -175,9 +175,7 @@ class ProcessCache:
         if self._page_need is not None:
             end = start + min(end - start, int(self._page_need[page]))
         buffer = np.empty(end - start, np.uint8)
-        read = os.preadv(self._file.fd, [buffer], start)
-        if read != len(buffer):  # the file shrank since it was opened: the rest of the buffer is not the page
-            raise self._file.short_read(f"page {page}", read, len(buffer))
+        self._file.read_into(start, buffer, f"page {page}")
         self.counters.add(1, len(buffer))
         self._pace.after_reading(len(buffer))
         return buffer

@@ -1,0 +1,104 @@
+"""Page sources: where the memory layers read a file's bytes from, behind one small interface.
+
+The process cache reads pages through a :class:`PageSource`; a local file is a :class:`LocalFile` (``preadv``
+on a descriptor opened once). Remote storage plugs in here with the same four members.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import numpy as np
+
+from beton.errors import BetonError, FormatError, LoaderError
+from beton.storage import format as fmt
+from beton.storage.reader import Reader
+
+__all__ = ["PageSource", "LocalFile"]
+
+
+class PageSource(Protocol):
+    """The bytes of one opened file, which the Reader has validated.
+
+    ``description``: the path or URL, for error messages. ``read_into(offset, out, what)`` fills the uint8 array
+    ``out`` with the file's bytes from ``offset`` or raises a :class:`~beton.errors.BetonError` naming the
+    source and ``what`` (e.g. "page 7"): never fewer bytes, never other bytes. ``check()`` raises if the file
+    changed since it was opened (called per batch, so cheap); ``check_path()`` also checks that the name still
+    names the opened file (per epoch). ``close()`` releases it.
+    """
+
+    description: str
+    size: int
+
+    def read_into(self, offset: int, out: np.ndarray, what: str) -> None: ...
+
+    def check(self) -> None: ...
+
+    def check_path(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalFile:
+    """The Loader's file, opened once, with checks that it is still the file that was opened and validated.
+
+    ``check()`` (an ``fstat`` of the open descriptor: per batch) raises when the file's size or modification
+    time changed; ``check_path()`` (a ``stat`` of the path: per epoch) also raises when the path names another
+    file (replaced by a rename, or removed). Modification time counts because rewriting a file in place
+    (``cp``, ``open(path, "wb")``) can leave its size as it was; touching the file therefore raises too.
+    """
+
+    def __init__(self, reader: Reader) -> None:
+        self.description = str(reader.path)
+        self.path = reader.path
+        self.fd = os.open(reader.path, os.O_RDONLY)
+        status = os.fstat(self.fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self.size, self._mtime = status.st_size, status.st_mtime_ns
+        # The path is opened again, so it may name another file than the one the Reader validated: the size
+        # and the header (which holds every table's CRC32) must be those the Reader checked.
+        opened = reader.file_map
+        if self.size != len(opened) or os.pread(self.fd, fmt.HEADER_SIZE, 0) != bytes(opened[: fmt.HEADER_SIZE]):
+            self.close()
+            raise self._error("the file changed between opening it and starting to read it")
+
+    def check(self) -> None:
+        if self.fd < 0:
+            raise self._error("the Loader was closed", LoaderError)
+        status = os.fstat(self.fd)
+        if status.st_size != self.size:
+            raise self._error(f"the file changed while it was being read: it is now {status.st_size} bytes, it "
+                              f"had {self.size} when the Loader opened it (truncated or rewritten)")
+        if status.st_mtime_ns != self._mtime:
+            raise self._error("the file was modified (its modification time changed) while it was being read")
+
+    def check_path(self) -> None:
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            raise self._error("the file was removed while it was being read") from None
+        if (status.st_dev, status.st_ino) != self._identity:
+            raise self._error("the path names another file than the one the Loader opened (replaced while it "
+                              "was being read): every batch so far came from the opened file; make a new Loader "
+                              "to read the new one")
+        self.check()
+
+    def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
+        read = os.preadv(self.fd, [out], offset)
+        if read != len(out):  # the file shrank since it was opened: the rest of the buffer is not the data
+            raise self.short_read(what, read, len(out))
+
+    def short_read(self, what: str, read: int, wanted: int) -> BetonError:
+        """The error for a read that returned fewer bytes than the file had when opened."""
+        return self._error(f"short read of {what}: {read} of {wanted} bytes (the file was truncated?)")
+
+    def _error(self, message: str, kind: type[BetonError] = FormatError) -> BetonError:
+        error = kind(message)
+        error.path = self.path
+        return error
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
