@@ -127,7 +127,8 @@ def whole_jpeg(payload: np.ndarray, metadata: np.void) -> np.ndarray:
 
 def _gather_from_span(span: np.ndarray, metadata: np.void, count: int, buffer: Any) -> np.ndarray:
     pieces = scan_pieces(metadata.reshape(1), count)
-    if np.any(pieces.lengths < 0) or np.any(pieces.starts + pieces.lengths > span.size):
+    used = pieces.lengths != 0
+    if np.any(pieces.lengths < 0) or np.any(used & (pieces.starts + pieces.lengths > span.size)):
         raise DecodeError(f"scan-grouped JPEG: scan ends {metadata['scan_ends'][:count].tolist()} / starts "
                           f"{pieces.starts[0, :count].tolist()} do not fit its {span.size}-byte allocation")
 
