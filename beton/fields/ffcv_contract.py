@@ -88,6 +88,7 @@ class FFCVField(Field):
             raise FieldError(f"{name}.metadata_type must be a numpy dtype of little-endian numbers: {error}") \
                 from None
         object.__setattr__(self, "metadata_dtype", dtype)  # per instance: FFCV's metadata_type is a property
+        self.binary()  # to_binary's result is checked now, not when the file is complete
 
     def stored_type_name(self) -> str:  # type: ignore[override]  # the wrapped class's name, not this adapter's
         return type(self.field).stored_type_name()
