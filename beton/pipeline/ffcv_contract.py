@@ -20,7 +20,7 @@ changed. Its input State is FFCV's starting one: jit mode, CPU, ``uint8``, shape
 beton runs such an operation as a batch stage (:class:`FFCVOperation`): in jit mode (numpy input, and every
 decoder that declares jit mode) the function is compiled with numba (``nogil``), so worker threads run it in
 parallel; on torch input it runs as Python. ``dst`` is fresh memory for every batch, so batches the loop keeps
-stay valid. Random draws made with ``np.random`` inside such a function are the operation's own: unlike beton's
+stay valid; a decoder's is zeroed, so the padding of variable-length samples holds zeros, never old bytes. Random draws made with ``np.random`` inside such a function are the operation's own: unlike beton's
 keyed draws, they do not repeat with the seed.
 """
 
