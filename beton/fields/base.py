@@ -30,6 +30,10 @@ The file stores the class's type name (``module.QualifiedName``), its ``argument
 dtype. A reader never imports that name (files are untrusted input): it finds the class among those the
 program vouches for - ``beton.fields.register(AudioField)``, ``custom_fields={"audio": AudioField}`` or a
 ``beton.fields`` entry point (see :mod:`beton.fields.registry`).
+
+A subclass may instead follow FFCV's field contract (``metadata_type``, ``encode(destination, value, malloc)``,
+``to_binary``/``from_binary``, ``get_decoder_class``): beton stores and reads it through
+:class:`beton.fields.ffcv_contract.FFCVField`.
 """
 
 from __future__ import annotations
@@ -46,7 +50,11 @@ from beton.limits import ReadLimits
 from beton.pieces import Pieces
 from beton.pipeline.operation import Operation
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces", "ARG_TYPE", "follows_ffcv_field_contract"]
+
+#: FFCV's type of a field's stored arguments (``to_binary``'s result, ``from_binary``'s argument): 1024 bytes.
+ARG_TYPE = np.dtype([("", "<u1", 1024)])
+_FFCV_FIELD_METHODS = ("to_binary", "from_binary", "get_decoder_class")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +91,13 @@ class Field(abc.ABC):
     metadata_dtype: ClassVar[np.dtype] = np.dtype([])
     #: Whether each sample also stores a variable-size payload in the heap.
     has_payload: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # FFCV's field contract has no to_python; a class written to it gives Reader[i] its stored form unless
+        # it defines one. Set before ABCMeta collects the abstract methods, so such a class can be instantiated.
+        if follows_ffcv_field_contract(cls) and getattr(cls.to_python, "__isabstractmethod__", False):
+            cls.to_python = _stored_form
 
     @classmethod
     def stored_type_name(cls) -> str:
@@ -152,6 +167,17 @@ class Field(abc.ABC):
     def describe(self) -> str:
         arguments = ", ".join(f"{key}={value!r}" for key, value in self.arguments().items())
         return f"{type(self).__name__}({arguments})"
+
+
+def follows_ffcv_field_contract(field: Any) -> bool:
+    """Whether ``field`` (an object or a class) is written to FFCV's field contract rather than beton's."""
+    return all(callable(getattr(field, name, None)) for name in _FFCV_FIELD_METHODS)
+
+
+def _stored_form(self: Field, metadata: np.void, payload: np.ndarray | None) -> tuple[Any, bytes | None]:
+    """The ``to_python`` of fields written to FFCV's contract: a copy of the metadata record and the payload
+    bytes (None without a payload)."""
+    return metadata.copy(), None if payload is None else payload.tobytes()
 
 
 @dataclasses.dataclass(frozen=True)

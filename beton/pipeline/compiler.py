@@ -140,7 +140,7 @@ def build_plan(
 def place_steps(
     output: int, name: str, source: SourceState, operations: Sequence[Operation], buffers: list[BufferSpec],
 ) -> list[Step]:
-    if not operations or not operations[0].is_decoder:
+    if not operations or not (operations[0].is_decoder or operations[0].decodes_when_first):
         raise PipelineError(f"pipeline {name!r} must start with a decoder for field {source.field_name!r}")
     state: State | SourceState = source
     current_buffer: int | None = None

@@ -14,7 +14,7 @@ from numba.extending import intrinsic
 
 from beton.errors import DecodeError
 
-__all__ = ["copy_bytes"]
+__all__ = ["copy_bytes", "copy_array"]
 
 
 @intrinsic
@@ -41,3 +41,17 @@ def copy_bytes(destination, source, start, count):
     if start < 0 or start + count > source.size:
         raise DecodeError("payload lies outside the readable memory")
     _memcpy(destination.ctypes.data, source.ctypes.data + start, count)
+
+
+@numba.njit(nogil=True, cache=True)
+def copy_array(source, destination):
+    """Copy every byte of ``source`` to the start of ``destination`` (FFCV's ``memcpy``; both contiguous).
+
+    Raises DecodeError instead of writing out of bounds when ``source`` is larger than ``destination``.
+    """
+    count = source.size * source.itemsize
+    if count > destination.size * destination.itemsize:
+        raise DecodeError("memcpy: the source has more bytes than the destination holds")
+    if not (source.flags.c_contiguous and destination.flags.c_contiguous):
+        raise DecodeError("memcpy: source and destination must be contiguous arrays")
+    _memcpy(destination.ctypes.data, source.ctypes.data, count)

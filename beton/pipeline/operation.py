@@ -155,6 +155,9 @@ class Operation(abc.ABC):
 
     #: True for decoders: operations whose input is a stored field (a SourceState), not another operation.
     is_decoder: ClassVar[bool] = False
+    #: True for operations that decode when they come first in a pipeline and transform elsewhere: FFCV's
+    #: contract marks no decoders, the first operation of a pipeline is its decoder.
+    decodes_when_first: ClassVar[bool] = False
 
     def in_place(self, previous: State) -> bool:
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""

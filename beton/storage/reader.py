@@ -32,6 +32,7 @@ from beton.storage import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
+from beton.fields.ffcv_contract import field_from_arguments
 from beton.fields.registry import FieldClasses, unregistered_reason
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
@@ -422,7 +423,7 @@ def _instantiate_field(descriptor: FieldDescriptor, classes: FieldClasses) -> Fi
             return UnknownField(descriptor.type_name, descriptor.arguments, descriptor.metadata_dtype,
                                 descriptor.has_payload, unregistered_reason(descriptor.type_name, descriptor.name))
         try:
-            field = cls.from_arguments(descriptor.arguments)
+            field = field_from_arguments(cls, descriptor.arguments)
         except (TypeError, ValueError, LookupError, ArithmeticError) as error:  # arguments are the file's JSON
             raise FieldError(f"{cls.__name__} cannot be built from stored arguments: {error}") from None
         if field.metadata_dtype != descriptor.metadata_dtype or field.has_payload != descriptor.has_payload:

@@ -41,6 +41,7 @@ from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_e
 from beton.storage.file_builder import FileBuilder, field_table_bytes
 from beton.errors import FieldError, WriterError
 from beton.fields.base import Field
+from beton.fields.ffcv_contract import as_beton_field
 
 __all__ = ["DatasetWriter"]
 
@@ -75,6 +76,7 @@ class DatasetWriter:
     ) -> None:
         self.path = os.fspath(path)
         _check_fields(fields)
+        fields = {name: as_beton_field(field) for name, field in fields.items()}  # FFCV-style fields, adapted
         if not fmt.is_valid_page_size(page_size):
             raise FieldError(
                 f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
