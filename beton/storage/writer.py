@@ -32,7 +32,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from beton.storage import format as fmt
@@ -41,6 +40,7 @@ from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_e
 from beton.storage.file_builder import FileBuilder, field_table_bytes
 from beton.errors import FieldError, WriterError
 from beton.fields.base import Field
+from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter"]
 
@@ -111,7 +111,7 @@ class DatasetWriter:
         """
         order = range(len(dataset)) if indices is None else [int(index) for index in indices]
         if shuffle_indices:
-            order = [int(i) for i in np.random.default_rng([self._spec.seed, _SHUFFLE]).permutation(order)]
+            order = writer_shuffle(self._spec.seed, order)
         items = (ChunkItem(position, index) for position, index in enumerate(order))
         self._write(_chunks(items, chunksize), len(order), dataset)
 
@@ -169,7 +169,6 @@ class DatasetWriter:
 
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_SHUFFLE = 0x5348  # keys the shuffle_indices permutation apart from the fields' own draws (which take 3 keys)
 
 
 def _io_error(path: str, error: OSError) -> WriterError:
