@@ -4,18 +4,17 @@ JPEG decoding runs in libjpeg-turbo through simplejpeg, which releases the GIL; 
 decoders are :class:`~beton.pipeline.operation.SampleOperation` s run by the worker threads.
 
 Speed comes from not doing work: when the crop, shrunk by 1/2, 1/4 or 1/8, is still 1.25x the output size,
-the JPEG is decoded at that scale in the DCT domain (several times cheaper than a full decode), and the
-remaining resize is mostly below 2x, where bilinear interpolation is about as good as area averaging at an
-eighth of its cost (see ``benchmarks/image_quality.py`` for the measurement). Decoding writes into a
-per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory is bounded by the batch,
-not by the largest image in the file. Sequential JPEGs are decoded only down to the crop's bottom edge
-(:mod:`beton.decoders.jpeg_rows`): the same pixels for ~15 % less decoding under RandomResizedCrop.
+the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is skipped), and the remaining
+resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
+Decoding writes into a per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory
+is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only down to the
+crop's bottom edge (:mod:`beton.decoders.jpeg_rows`): the same pixels, fewer rows decoded.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
-libjpeg-turbo's box filter instead of its triangle filter: decoding costs 15-25 % less in our runs, and
-RandomResizedCrop-160 crops of ~256 px photos score 43.4 dB against a float reference instead of 44.9 (FFCV's
-full decode + INTER_AREA: 42.7; ``benchmarks/image_quality.py``). The fast integer IDCT was measured too and
-left out: 3.2 dB lost for a smaller saving.
+libjpeg-turbo's box filter instead of its triangle filter: cheaper, slightly less accurate, which augmented
+training crops can afford and validation keeps off. The fast integer IDCT was measured too and left out (it
+lost more quality than it saved). The measurements behind each choice (``benchmarks/image_quality.py``) are in
+docs/images.md, "Decoding: crop decoders".
 """
 
 from __future__ import annotations
@@ -42,12 +41,12 @@ __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterC
            "choose_dct_factor", "resize_into", "single_threaded_opencv"]
 
 _DCT_FACTORS = (8, 4, 2, 1)
-# Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost (~8x).
-# Measured by benchmarks/image_quality.py: below it, bilinear after a DCT-scaled decode matches or beats
-# full decode + INTER_AREA against an antialiased float reference at ~256 px, at half the cost.
+# Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost; below it,
+# bilinear after a DCT-scaled decode matches or beats full decode + INTER_AREA against an antialiased float
+# reference, for less work (benchmarks/image_quality.py; docs/images.md).
 _AREA_ABOVE_SHRINK = 3.0
 # Decode at 1/f only if the crop stays >= 1.25x the output: scaling the DCT right down to the output size
-# lost up to 4 dB on high-frequency photos (26 dB vs full decode + INTER_AREA), at no measurable gain in speed.
+# lost quality on high-frequency photos at no measurable gain in speed (docs/images.md).
 _DCT_MARGIN = 1.25
 
 
