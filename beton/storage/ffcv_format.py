@@ -23,7 +23,7 @@ import numpy as np
 
 from beton import _json
 from beton.storage import format as fmt
-from beton.errors import FieldError, FormatError, error_context, first_bad_record
+from beton.errors import FieldError, FormatError, error_context, first_bad_record, locate
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField
 from beton.fields.base import Field
 from beton.codecs.image_record import IMAGE_MODES
@@ -197,9 +197,8 @@ def _sizes_of(pointers: np.ndarray, allocations: np.ndarray, name: str) -> np.nd
     found[found] = allocations["ptr"][positions[found]] == pointers[found]
     if not found.all():
         sample = int(np.flatnonzero(~found)[0])
-        error = FormatError(f"payload pointer {int(pointers[sample])} is not in the FFCV allocation table")
-        error.sample, error.field = sample, name
-        raise error
+        raise locate(FormatError(f"payload pointer {int(pointers[sample])} is not in the FFCV allocation table"),
+                     sample=sample, field=name)
     return allocations["size"][positions].astype(np.uint64)
 
 
