@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
+
+from conftest import mixed_sample
+
 
 def run(*arguments):
     return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
@@ -15,8 +19,14 @@ def test_info_describes_fields_and_arguments(mixed_file):
     result = run("info", mixed_file)
     assert result.returncode == 0, result.stderr
     assert "samples:     60" in result.stdout
-    assert "'arr': beton.NDArrayField {\"dtype\": \"<f4\", \"shape\": [3, 4]}" in result.stdout
-    assert "payload bytes" in result.stdout
+    assert f"({mixed_file.stat().st_size} bytes)" in result.stdout
+    # payload sizes from the samples themselves: 3x4 float32 arrays, and the blobs mixed_sample makes
+    assert ("'arr': beton.NDArrayField {\"dtype\": \"<f4\", \"shape\": [3, 4]}\n"
+            f"      payload bytes: mean 48.0, min 48, max 48, total {60 * 48 / 1024:.1f} KiB\n") in result.stdout
+    blobs = [len(mixed_sample(i)[3]) for i in range(60)]
+    assert ("'blob': beton.BytesField {}\n"
+            f"      payload bytes: mean {np.mean(blobs):.1f}, min {min(blobs)}, max {max(blobs)}, "
+            f"total {sum(blobs) / 1024:.1f} KiB\n") in result.stdout
 
 
 def test_verify_ok_and_corrupt(mixed_file, tmp_path):
