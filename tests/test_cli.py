@@ -139,13 +139,19 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     scenarios = report["scenarios"]
     assert len(scenarios) == 7
     first = scenarios["a. RRC-160, ~256 px JPEGs"]
-    assert first["images_per_s"]["beton"] > 0 and first["images_per_s"]["decode limit"] > 0
+    limits = {"whole": "decode limit (whole image)", "crop": "decode limit (crop rows)"}
+    assert first["images_per_s"]["beton"] > 0 and all(first["images_per_s"][name] > 0 for name in limits.values())
     assert "DALI (CPU)" in first["skipped"] or "DALI (CPU)" in first["images_per_s"]
-    beton_rounds, limit_rounds = first["rounds"]["beton"], first["rounds"]["decode limit"]
-    assert len(beton_rounds) == len(limit_rounds) == 2  # quick mode: 2 rounds, every one kept
-    ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
-    assert abs(first["beton_over"]["decode limit"] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
-    assert (tmp_path / "results.md").read_text().count("| beton |") == 4
+    for rows, name in limits.items():
+        beton_rounds, limit_rounds = first["rounds"]["beton"], first["rounds"][name]
+        assert len(beton_rounds) == len(limit_rounds) == 2  # quick mode: 2 rounds, every one kept
+        ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
+        assert abs(first["beton_over"][name] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
+        assert first["beton_share"][rows] == first["beton_over"][name]
+    markdown = (tmp_path / "results.md").read_text()
+    assert markdown.count("| beton |") == 4
+    assert (f"- a. RRC-160, ~256 px JPEGs: {first['beton_share']['whole']:.2f} of the whole-image limit, "
+            f"{first['beton_share']['crop']:.2f} of the crop-rows limit") in markdown
 
 
 def test_version_and_python_m_beton():
