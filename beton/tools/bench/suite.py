@@ -176,8 +176,8 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     # Forked DataLoader workers deadlock in OpenCV if its thread pool was started in this process (making the
     # test photos resizes with cv2): one OpenCV thread here keeps every contender's workers safe.
     cv2.setNumThreads(1)
-    # Rounds are cheap (an epoch of 2000 images takes 0.3-2 s) next to writing the files: 7 of them give medians
-    # that one slow moment of a shared host does not move.
+    # Rounds (one epoch each) are cheap next to writing the files: 7 of them give medians that one slow moment
+    # of a shared host does not move.
     count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 7)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
