@@ -358,7 +358,7 @@ def mutate_ffcv(content: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     if what == "metadata":
         descriptors = np.frombuffer(content[descriptors_at :][: num_fields * ffcv_format.FIELD_DTYPE.itemsize],
                                     ffcv_format.FIELD_DTYPE)
-        dtype = ffcv_format._metadata_dtype([int(t) for t in descriptors["type_id"]])
+        dtype = ffcv_format.metadata_table_dtype([int(t) for t in descriptors["type_id"]])
         start = descriptors_at + descriptors.nbytes
         table = np.frombuffer(content[start:][: int(header[0]["num_samples"]) * dtype.itemsize], dtype).copy()
         member = leaves(dtype)[rng.integers(len(leaves(dtype)))]

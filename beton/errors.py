@@ -15,8 +15,11 @@
 
 Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
 does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
-Context is attached where it is known with :func:`error_context`, which sets attributes instead of rewriting
-``args``.
+
+Where an error happened reaches it one way, :func:`locate` (and :func:`error_context`, the same for every error
+leaving a block): it sets the location attributes that are still unset, so the innermost code, which knows the
+most precise place, wins; and it can add a note, the only context a foreign exception can carry. ``args`` are
+never rewritten, so messages stay as raised.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,12 +44,15 @@ __all__ = [
     "LoaderError",
 ]
 
+_LOCATION = ("path", "field", "sample", "page")
+_Error = TypeVar("_Error", bound=BaseException)
+
 
 class BetonError(Exception):
     """Base class of every error beton raises on purpose.
 
     Optional attributes give the location: ``path``, ``field``, ``sample`` and ``page``. They are filled in by
-    whoever knows them (see :func:`error_context`) and appear in ``str(error)``.
+    whoever knows them (see :func:`locate`) and appear in ``str(error)``.
     """
 
     path: str | None = None
@@ -105,9 +112,38 @@ class LoaderError(BetonError, RuntimeError):
     """A loader is used in a way it cannot serve, such as an epoch iterator superseded by a newer one."""
 
 
+def locate(error: _Error, *, note: str | None = None, **where: object) -> _Error:
+    """Attach where ``error`` happened, and return it (``raise locate(FormatError(...), sample=3)``).
+
+    ``where`` names location attributes (path, field, sample, page): each one the error, a BetonError, does not
+    have yet is set (None values are skipped). ``note``, when given, is added to any exception, foreign ones
+    included, with ``add_note`` (also on Python 3.10, whose exceptions have no ``add_note``: the note goes to
+    ``__notes__``, and a BetonError shows it in its message).
+    """
+    unknown = set(where) - set(_LOCATION)
+    if unknown:
+        raise TypeError(f"locate() names only {', '.join(_LOCATION)}, got {', '.join(sorted(unknown))}")
+    if isinstance(error, BetonError):
+        for name, value in where.items():
+            if value is not None and getattr(error, name, None) is None:
+                setattr(error, name, value)
+    if note is not None:
+        add_note(error, note)
+    return error
+
+
+@contextlib.contextmanager
+def error_context(*, note: str | None = None, **where: object) -> Iterator[None]:
+    """:func:`locate` every exception leaving the block (the location only on BetonErrors; the note on all)."""
+    try:
+        yield
+    except Exception as error:
+        locate(error, note=note, **where)
+        raise
+
+
 def add_note(error: BaseException, note: str) -> None:
-    """``error.add_note(note)``, also on Python 3.10 (which has no add_note: the note goes to ``__notes__``,
-    and a BetonError shows it in its message)."""
+    """``error.add_note(note)``, also on Python 3.10. Prefer :func:`locate`, which also sets the location."""
     if sys.version_info >= (3, 11):
         error.add_note(note)
     else:
@@ -118,25 +154,8 @@ def add_note(error: BaseException, note: str) -> None:
         notes.append(note)
 
 
-@contextlib.contextmanager
-def error_context(**where: object) -> Iterator[None]:
-    """Fill in location attributes (path, field, sample, page) of a BetonError passing through.
-
-    Attributes already set by an inner context win: the innermost code knows the most precise location.
-    """
-    try:
-        yield
-    except BetonError as error:
-        for name, value in where.items():
-            if getattr(error, name, None) is None:
-                setattr(error, name, value)
-        raise
-
-
 def first_bad_record(bad: np.ndarray, message: Callable[[int], str]) -> None:
     """Raise FormatError(message(sample)) naming the first sample whose entry of the mask ``bad`` is True."""
     if bad.any():
         sample = int(np.flatnonzero(bad)[0])
-        error = FormatError(message(sample))
-        error.sample = sample
-        raise error
+        raise locate(FormatError(message(sample)), sample=sample)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
+
+from conftest import mixed_sample
+
 
 def run(*arguments):
     return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
@@ -15,8 +19,14 @@ def test_info_describes_fields_and_arguments(mixed_file):
     result = run("info", mixed_file)
     assert result.returncode == 0, result.stderr
     assert "samples:     60" in result.stdout
-    assert "'arr': beton.NDArrayField {\"dtype\": \"<f4\", \"shape\": [3, 4]}" in result.stdout
-    assert "payload bytes" in result.stdout
+    assert f"({mixed_file.stat().st_size} bytes)" in result.stdout
+    # payload sizes from the samples themselves: 3x4 float32 arrays, and the blobs mixed_sample makes
+    assert ("'arr': beton.NDArrayField {\"dtype\": \"<f4\", \"shape\": [3, 4]}\n"
+            f"      payload bytes: mean 48.0, min 48, max 48, total {60 * 48 / 1024:.1f} KiB\n") in result.stdout
+    blobs = [len(mixed_sample(i)[3]) for i in range(60)]
+    assert ("'blob': beton.BytesField {}\n"
+            f"      payload bytes: mean {np.mean(blobs):.1f}, min {min(blobs)}, max {max(blobs)}, "
+            f"total {sum(blobs) / 1024:.1f} KiB\n") in result.stdout
 
 
 def test_verify_ok_and_corrupt(mixed_file, tmp_path):
@@ -129,13 +139,19 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     scenarios = report["scenarios"]
     assert len(scenarios) == 7
     first = scenarios["a. RRC-160, ~256 px JPEGs"]
-    assert first["images_per_s"]["beton"] > 0 and first["images_per_s"]["decode limit"] > 0
+    limits = {"whole": "decode limit (whole image)", "crop": "decode limit (crop rows)"}
+    assert first["images_per_s"]["beton"] > 0 and all(first["images_per_s"][name] > 0 for name in limits.values())
     assert "DALI (CPU)" in first["skipped"] or "DALI (CPU)" in first["images_per_s"]
-    beton_rounds, limit_rounds = first["rounds"]["beton"], first["rounds"]["decode limit"]
-    assert len(beton_rounds) == len(limit_rounds) == 2  # quick mode: 2 rounds, every one kept
-    ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
-    assert abs(first["beton_over"]["decode limit"] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
-    assert (tmp_path / "results.md").read_text().count("| beton |") == 4
+    for rows, name in limits.items():
+        beton_rounds, limit_rounds = first["rounds"]["beton"], first["rounds"][name]
+        assert len(beton_rounds) == len(limit_rounds) == 2  # quick mode: 2 rounds, every one kept
+        ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
+        assert abs(first["beton_over"][name] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
+        assert first["beton_share"][rows] == first["beton_over"][name]
+    markdown = (tmp_path / "results.md").read_text()
+    assert markdown.count("| beton |") == 4
+    assert (f"- a. RRC-160, ~256 px JPEGs: {first['beton_share']['whole']:.2f} of the whole-image limit, "
+            f"{first['beton_share']['crop']:.2f} of the crop-rows limit") in markdown
 
 
 def test_version_and_python_m_beton():

@@ -276,7 +276,7 @@ def test_a_user_defined_order(image_file):
 
 
 def test_custom_fields_reach_the_loader(tmp_path):
-    from test_reader import make_local_field
+    from user_fields import make_local_field
 
     Celsius = make_local_field()
     path = write(tmp_path / "t.beton", {"temp": Celsius(), "n": beton.fields.IntField()}, [(21.5, 1), (-4.0, 2)])

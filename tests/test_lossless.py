@@ -1,4 +1,4 @@
-"""The lossless image mode: exact round trips, region decode, parallel decode, corrupt data, loader use."""
+"""The lossless image mode: exact round trips, region decode, corrupt data, loader use."""
 
 from __future__ import annotations
 
@@ -62,7 +62,6 @@ def test_round_trip_is_exact(kind, height, width, channels, tile_log2, seed, wid
             image = np.random.default_rng(seed).integers(0, 65536, image.shape, dtype=np.uint16)
     payload = as_payload(encode_lossless(image, tile_log2))
     np.testing.assert_array_equal(decode_lossless(payload, height, width, channels), image)
-    np.testing.assert_array_equal(decode_lossless(payload, height, width, channels, parallel=True), image)
 
 
 @given(data=st.data(), channels=st.sampled_from((1, 3, 4)), tile_log2=st.integers(2, 6))
@@ -199,23 +198,3 @@ def test_a_corrupt_tile_names_the_sample_and_field(tmp_path):
             for _ in loader:
                 pass
     assert caught.value.sample == 4 and caught.value.field == "image"
-
-
-def test_parallel_decode_is_safe_from_several_threads():
-    import threading
-
-    image = photo_crop(2, 150, 210)
-    payload = as_payload(encode_lossless(image))
-    failures = []
-
-    def decode_repeatedly():
-        for _ in range(5):
-            if not np.array_equal(decode_lossless(payload, 150, 210, 3, parallel=True), image):
-                failures.append("mismatch")
-
-    threads = [threading.Thread(target=decode_repeatedly) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures

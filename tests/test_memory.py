@@ -47,14 +47,20 @@ def test_os_cache_counts_payload_bytes(paged_file):
 
 
 def test_large_payloads_spanning_pages_through_the_process_cache(tmp_path):
-    arrays = [np.full((40, 40), i, np.uint16) for i in range(12)]  # 3,200 bytes each on 1 KiB pages
+    # 3,200 bytes each on 1 KiB pages; every value differs, and the first one says which sample an array is
+    arrays = [np.arange(i * 1600, (i + 1) * 1600, dtype=np.uint16).reshape(40, 40) for i in range(12)]
     path = write(tmp_path / "big.beton", {"x": NDArrayField(np.uint16, (40, 40))}, [(a,) for a in arrays],
                  page_size=1024)
     for os_cache in (True, False):
         with Loader(path, batch_size=5, num_workers=2, os_cache=os_cache, order=OrderOption.RANDOM, seed=2) as loader:
-            for (batch,) in loader:
-                for array in batch.numpy():
-                    assert (array == array[0, 0]).all() and array.shape == (40, 40)
+            for _ in range(2):
+                seen = []
+                for (batch,) in loader:
+                    for array in batch.numpy():
+                        sample = int(array[0, 0]) // 1600
+                        np.testing.assert_array_equal(array, arrays[sample])
+                        seen.append(sample)
+                assert sorted(seen) == list(range(12)) and seen != list(range(12))
 
 
 def test_os_cache_without_readahead_reads_the_same_data(paged_file):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 
@@ -99,11 +100,32 @@ def test_loader_fidelity_from_the_decoder_and_changed_between_epochs(progressive
         loader.set_fidelity(0)
 
 
+def scan_ends_of(jpeg: bytes) -> list[int]:
+    """Where each scan's entropy-coded data ends, found by this test's own walk: after each SOS segment, the
+    first marker that is not a stuffed byte, a restart marker or fill."""
+    ends = []
+    for sos in (match.start() for match in re.finditer(rb"\xff\xda", jpeg)):
+        data = sos + 2 + int.from_bytes(jpeg[sos + 2 : sos + 4], "big")
+        ends.append(re.compile(rb"\xff[^\x00\xd0-\xd7\xff]").search(jpeg, data).start())
+    return ends
+
+
 def test_info_prints_bytes_per_fidelity(progressive_files):
-    result = subprocess.run([sys.executable, "-m", "beton.tools.cli", "info", str(progressive_files["colour"])],
+    path = progressive_files["colour"]
+    result = subprocess.run([sys.executable, "-m", "beton.tools.cli", "info", str(path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "progressive fidelity" in result.stdout and " 10: " in result.stdout and "x1.00" in result.stdout
+    assert "progressive fidelity" in result.stdout
+    printed = {int(k): (mean, speedup)
+               for k, mean, speedup in re.findall(r"^ +(\d+): +([\d.]+) B +x([\d.]+)$", result.stdout, re.M)}
+    with beton.Reader(path) as reader:
+        jpegs = [reader.payload(i, "image").tobytes() for i in range(len(reader))]
+    ends = [scan_ends_of(jpeg) for jpeg in jpegs]
+    assert {len(e) for e in ends} == {10} and sorted(printed) == list(range(1, 11))
+    whole = np.mean([len(jpeg) for jpeg in jpegs])
+    for k, (mean, speedup) in printed.items():  # k scans and an end marker; all of a JPEG with no more scans
+        expected = np.mean([e[k - 1] + 2 if k < len(e) else len(jpeg) for e, jpeg in zip(ends, jpegs)])
+        assert (mean, speedup) == (f"{expected:.1f}", f"{whole / expected:.2f}")
 
 
 # ---- scan-grouped pages (PCR's layout) ---------------------------------------------------------------------

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import beton
 from beton.errors import FieldError
-from beton.fields import Encoded, Field, IntField, UnknownField
+from beton.fields import IntField, UnknownField
 
 from conftest import write
-from user_fields import AudioField
+from user_fields import AudioField, make_local_field
 
 
 @pytest.fixture
@@ -35,20 +33,6 @@ def test_a_registered_user_field_reads_back_by_type_name(tmp_path, registered_au
             np.testing.assert_array_equal(audio, clip)
             assert index == i
         assert reader.data_table["audio"]["num_frames"].tolist() == [0, 5, 1000]
-
-
-def make_local_field():
-    @dataclasses.dataclass(frozen=True)
-    class Celsius(Field):  # defined in a function: its qualified name cannot be imported
-        metadata_dtype = np.dtype([("kelvin", "<f4")])
-
-        def encode(self, value, context):
-            return Encoded(metadata=(value + 273.15,))
-
-        def to_python(self, metadata, payload):
-            return round(float(metadata["kelvin"]) - 273.15, 3)
-
-    return Celsius
 
 
 def test_an_unregistered_class_opens_as_unknown_and_says_how_to_register_it(tmp_path):

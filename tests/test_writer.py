@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import beton
 from beton.errors import DatasetError, EncodeError, FieldError, WriterError
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, TorchTensorField
+from beton.fields.base import Encoded, Field
 
 from conftest import MIXED_FIELDS, ListDataset, mixed_sample, write
 from user_fields import NoisyField
@@ -100,6 +102,38 @@ def test_a_value_that_does_not_fit_names_sample_and_field(tmp_path, name, field,
     assert caught.value.sample == 6 and caught.value.field == name
     assert "sample 6" in str(caught.value) and repr(name) in str(caught.value)
     assert files_in(tmp_path) == []
+
+
+@dataclasses.dataclass(frozen=True)
+class _PairField(Field):
+    """A user field whose encode returns its value as the metadata, unchecked: what numpy makes of it decides."""
+
+    metadata_dtype = np.dtype([("x", "<i8"), ("y", "u1")])
+
+    def encode(self, value, context):
+        return Encoded(metadata=value)
+
+    def to_python(self, metadata, payload):
+        return int(metadata["x"]), int(metadata["y"])
+
+    def arguments(self):
+        return {}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("bad_metadata, message", [([1, 2], "not 'list'"), ((1, 300), "out of bounds for uint8"),
+                                                   ((1, 2, 3), "tuple of length 3")])
+def test_metadata_a_field_returns_that_does_not_fit_its_dtype_names_sample_and_field(tmp_path, bad_metadata,
+                                                                                      message, num_workers):
+    samples = [((i, i),) for i in range(10)]
+    samples[7] = (bad_metadata,)
+    with pytest.raises(EncodeError, match=message) as caught:
+        write(tmp_path / "bad.beton", {"pair": _PairField()}, samples, num_workers=num_workers, chunksize=4)
+    assert (caught.value.sample, caught.value.field) == (7, "pair") and "does not fit dtype" in str(caught.value)
+    assert files_in(tmp_path) == []
+    good = write(tmp_path / "good.beton", {"pair": _PairField()}, samples[:7])
+    with beton.Reader(good, custom_fields={_PairField.stored_type_name(): _PairField}) as reader:
+        assert [reader[i][0] for i in range(7)] == [(i, i) for i in range(7)]
 
 
 def test_a_sample_that_is_not_a_tuple_of_the_right_length(tmp_path):

@@ -1,4 +1,4 @@
-"""A user-defined field living in the user's own module, as a real extension would."""
+"""User-defined fields living in the user's own module, as real extensions would; shared by the tests."""
 
 from __future__ import annotations
 
@@ -46,3 +46,20 @@ class NoisyField(Field):
 
     def to_python(self, metadata, payload):
         return float(metadata["noise"])
+
+
+def make_local_field():
+    """A field class defined in a function: its qualified name cannot be imported, so a file names a class
+    no reader finds by itself."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Celsius(Field):  # defined in a function: its qualified name cannot be imported
+        metadata_dtype = np.dtype([("kelvin", "<f4")])
+
+        def encode(self, value, context):
+            return Encoded(metadata=(value + 273.15,))
+
+        def to_python(self, metadata, payload):
+            return round(float(metadata["kelvin"]) - 273.15, 3)
+
+    return Celsius

@@ -3,7 +3,7 @@
 The idea is L3's (Bae et al., ECCV 2022), shaped for CPUs: instead of a sequential entropy coder (PNG's
 deflate), each tile predicts every pixel from its already decoded neighbours and stores the prediction
 residuals bit-packed in groups of eight, so decoding is a tight loop of shifts and adds that numba compiles
-well, tiles decode independently (in parallel, or only those a crop touches), and no tile reads another's bytes.
+well, tiles decode independently (a crop decodes only the tiles it touches), and no tile reads another's bytes.
 
 Per pixel and channel:
 
@@ -25,9 +25,9 @@ Payload layout (all little-endian)::
     widths per byte, low nibble first, rounded up to whole bytes; 16-bit: one byte per group), then the
     packed groups
 
-On 30 photo crops of 375x500 this is 0.83-1.12x (mean 0.96x) the size of PNG at zlib level 6
-(``benchmarks/lossless.py`` measures 1000); noise costs 1/16 more than raw and flat areas 1/16 of raw (a zero
-width per group), where PNG does better.
+Sizes against PNG are measured by ``benchmarks/lossless.py`` (docs/images.md). By construction, noise costs
+1/16 more than raw (one width per group of eight samples) and flat areas 1/16 of raw (a zero width per group),
+where PNG does better.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ import numba
 import numpy as np
 
 from beton.errors import DecodeError
-from beton.threading_layer import ensure_thread_safe_layer
 
 __all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile_grid", "DEFAULT_TILE_LOG2",
            "lossless_region_bounds"]
 
 VERSION = 1
-DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: 0.7 % larger (at most 1.4 %) than one tile per image, on the same photos
+DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: crops decode little outside themselves, for a small size cost (docs/images.md)
 _HEADER = 4
 _GROUP = 8
 
@@ -344,27 +343,6 @@ def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes,
     return -1
 
 
-@numba.njit(nogil=True, cache=True, parallel=True)
-def _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
-    """Every tile, in parallel (numba threads); the number of bad tiles, or -1 when ``out`` is not the image."""
-    tile = 1 << tile_log2
-    tile_cols = -(-width // tile)
-    n_tiles = -(-height // tile) * tile_cols
-    data_start = _HEADER + 4 * n_tiles
-    channels = out.shape[2]
-    if out.shape[0] != height or out.shape[1] != width or not (channels == 1 or channels == 3 or channels == 4):
-        return -1
-    rows, cols = min(tile, height), min(tile, width)  # a tile's work planes: no larger than the image
-    bad = 0
-    for index in numba.prange(n_tiles):
-        planes = np.empty((channels, rows, cols), out.dtype)
-        residuals = np.empty(_padded(rows * cols), np.int32)
-        if not _decode_tile(payload, data_start, index, height, width, tile_log2, 0, 0,
-                            index // tile_cols, index % tile_cols, planes, residuals, out, bits):
-            bad += 1
-    return bad
-
-
 def _check_header(payload: np.ndarray, height: int, width: int) -> tuple[int, int]:
     """(log2 of the tile side, bits per sample) after checking the header and that the tile table fits."""
     if payload.size < _HEADER or payload[0] != VERSION or not 2 <= payload[1] <= 12 or payload[2] > 1:
@@ -434,21 +412,13 @@ def decode_lossless_region(payload: np.ndarray, height: int, width: int, channel
     return out[y : y + rows, x : x + cols]
 
 
-def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int, parallel: bool = False,
+def decode_lossless(payload: np.ndarray, height: int, width: int, channels: int,
                     dtype: np.dtype | None = None) -> np.ndarray:
     """The whole image as a new HxWxC array (uint8 or uint16, as encoded; ``dtype``, when given, must be that
-    depth); ``parallel`` decodes its tiles on numba's threads."""
+    depth)."""
     payload = np.frombuffer(payload, np.uint8) if not isinstance(payload, np.ndarray) else payload
-    if not parallel:
-        buffers: dict[str, np.ndarray] = {}
-        region = decode_lossless_region(payload, height, width, channels, 0, 0, height, width,
-                                        lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)),
-                                        dtype)
-        return np.array(region)
-    _check_geometry(height, width, channels, 0, 0, height, width)
-    tile_log2, bits = _check_header(payload, height, width)
-    out = np.empty((height, width, channels), sample_dtype(payload, dtype))
-    ensure_thread_safe_layer()  # callers may decode from several threads; workqueue would abort
-    if _decode_tiles_parallel(payload, height, width, tile_log2, out, bits):
-        raise DecodeError("lossless image: a tile is corrupt")
-    return out
+    buffers: dict[str, np.ndarray] = {}
+    region = decode_lossless_region(payload, height, width, channels, 0, 0, height, width,
+                                    lambda nbytes, purpose: buffers.setdefault(purpose, np.empty(nbytes, np.uint8)),
+                                    dtype)
+    return np.array(region)

@@ -14,7 +14,7 @@ import numpy as np
 
 from beton import _json
 from beton.decoders.field_check import require_field
-from beton.errors import DecodeError
+from beton.errors import error_context
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, State
 
@@ -114,10 +114,7 @@ class JSONDecoder(BatchOperation):
     def apply(self, batch: Source, context: BatchContext) -> list[Any]:
         values = []
         for i, (o, s) in enumerate(zip(batch.offsets.tolist(), batch.sizes.tolist())):
-            try:
+            with error_context(sample=int(context.samples[i])):
                 values.append(_json.decode_payload(batch.memory[o : o + s].tobytes()))
-            except DecodeError as error:
-                error.sample = int(context.samples[i])
-                raise
         return values
 

@@ -9,9 +9,8 @@ warning ("N extraneous bytes before marker"); simplejpeg's strict mode raises th
 *after* the rows were written into our buffer, so :func:`decode_rows` accepts exactly that warning and keeps
 every other one an error (damaged data inside the decoded rows still raises, as in a full decode).
 
-What it saves: RandomResizedCrop-160 leaves out 15-16 % of the rows of the benchmark's photos on average;
-CenterCrop 2-4 % (7-11 % of a portrait's). Progressive JPEGs (every scan covers the whole image) and
-multi-scan sequential ones are decoded whole.
+What it saves is in docs/images.md ("Only the rows above the crop's bottom edge"). Progressive JPEGs (every
+scan covers the whole image) and multi-scan sequential ones are decoded whole.
 """
 
 from __future__ import annotations

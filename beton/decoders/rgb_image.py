@@ -4,18 +4,17 @@ JPEG decoding runs in libjpeg-turbo through simplejpeg, which releases the GIL; 
 decoders are :class:`~beton.pipeline.operation.SampleOperation` s run by the worker threads.
 
 Speed comes from not doing work: when the crop, shrunk by 1/2, 1/4 or 1/8, is still 1.25x the output size,
-the JPEG is decoded at that scale in the DCT domain (several times cheaper than a full decode), and the
-remaining resize is mostly below 2x, where bilinear interpolation is about as good as area averaging at an
-eighth of its cost (see ``benchmarks/image_quality.py`` for the measurement). Decoding writes into a
-per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory is bounded by the batch,
-not by the largest image in the file. Sequential JPEGs are decoded only down to the crop's bottom edge
-(:mod:`beton.decoders.jpeg_rows`): the same pixels for ~15 % less decoding under RandomResizedCrop.
+the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is skipped), and the remaining
+resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
+Decoding writes into a per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory
+is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only down to the
+crop's bottom edge (:mod:`beton.decoders.jpeg_rows`): the same pixels, fewer rows decoded.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
-libjpeg-turbo's box filter instead of its triangle filter: decoding costs 15-25 % less in our runs, and
-RandomResizedCrop-160 crops of ~256 px photos score 43.4 dB against a float reference instead of 44.9 (FFCV's
-full decode + INTER_AREA: 42.7; ``benchmarks/image_quality.py``). The fast integer IDCT was measured too and
-left out: 3.2 dB lost for a smaller saving.
+libjpeg-turbo's box filter instead of its triangle filter: cheaper, slightly less accurate, which augmented
+training crops can afford and validation keeps off. The fast integer IDCT was measured too and left out (it
+lost more quality than it saved). The measurements behind each choice (``benchmarks/image_quality.py``) are in
+docs/images.md, "Decoding: crop decoders".
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import cv2
@@ -42,12 +42,12 @@ __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterC
            "choose_dct_factor", "resize_into", "single_threaded_opencv"]
 
 _DCT_FACTORS = (8, 4, 2, 1)
-# Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost (~8x).
-# Measured by benchmarks/image_quality.py: below it, bilinear after a DCT-scaled decode matches or beats
-# full decode + INTER_AREA against an antialiased float reference at ~256 px, at half the cost.
+# Above this remaining shrink, bilinear interpolation aliases and area averaging is worth its cost; below it,
+# bilinear after a DCT-scaled decode matches or beats full decode + INTER_AREA against an antialiased float
+# reference, for less work (benchmarks/image_quality.py; docs/images.md).
 _AREA_ABOVE_SHRINK = 3.0
 # Decode at 1/f only if the crop stays >= 1.25x the output: scaling the DCT right down to the output size
-# lost up to 4 dB on high-frequency photos (26 dB vs full decode + INTER_AREA), at no measurable gain in speed.
+# lost quality on high-frequency photos at no measurable gain in speed (docs/images.md).
 _DCT_MARGIN = 1.25
 
 
@@ -129,8 +129,8 @@ class _CropDecoder(SampleOperation):
         if metadata["mode"] in JPEG_MODES:
             payload = progressive_prefix(payload, metadata, scans_to_read(context.fidelity, self.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
-            region = self._decoded_crop(payload, (height, width, channels), (top, left, crop_height, crop_width),
-                                        out.shape, context)
+            region = self.decoded_crop(payload, (height, width, channels), (top, left, crop_height, crop_width),
+                                       out.shape, context.scratch)
         elif metadata["mode"] == IMAGE_MODES["lossless"]:  # only the tiles the crop touches
             region = decode_lossless_region(payload, height, width, channels, top, left, crop_height, crop_width,
                                             context.scratch, out.dtype)
@@ -139,13 +139,20 @@ class _CropDecoder(SampleOperation):
             region = image[top : top + crop_height, left : left + crop_width]
         resize_into(region, out)
 
-    def _decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
-                      out_shape: tuple[int, ...], context: BatchContext) -> np.ndarray:
-        """The crop's pixels, decoded at the smallest sufficient DCT scale, rows below the crop left out."""
+    def decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
+                     out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]) -> np.ndarray:
+        """The crop of a JPEG's pixels, before the resize: decoded at the smallest sufficient DCT scale, rows
+        below the crop left out (unless ``decode_whole``), with this decoder's settings.
+
+        ``shape``: the stored image's (height, width, channels); ``crop``: (top, left, height, width) from
+        :meth:`crop`; ``out_shape``: the output's shape; ``scratch(nbytes, purpose="default")``: reusable
+        uint8 buffers (a slot's :class:`~beton.pipeline.operation.Scratch`). The result is a view into them.
+        Public so that the benchmark suite times exactly this decode as the limit of beton's approach.
+        """
         top, left, crop_height, crop_width = crop
         factor = choose_dct_factor(crop_height, crop_width, out_shape[0], out_shape[1])
         bottom = None if self.decode_whole else top + crop_height
-        image, scale_y, scale_x = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, context)
+        image, scale_y, scale_x = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, scratch)
         y0, x0 = int(top * scale_y), int(left * scale_x)
         y1 = min(image.shape[0], math.ceil((top + crop_height) * scale_y))
         x1 = min(image.shape[1], math.ceil((left + crop_width) * scale_x))
@@ -153,7 +160,7 @@ class _CropDecoder(SampleOperation):
 
 
 def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int, fast_upsample: bool,
-                   bottom: int | None, context: BatchContext) -> tuple[np.ndarray, float, float]:
+                   bottom: int | None, scratch: Callable[..., np.ndarray]) -> tuple[np.ndarray, float, float]:
     """Decode at 1/``factor`` (DCT scaling) into the slot's scratch: the whole image, or with ``bottom`` (a row
     of the image) only the rows above it, where the JPEG allows (see :mod:`beton.decoders.jpeg_rows`).
 
@@ -177,15 +184,14 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
             scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))  # as the caller crops
             rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
         decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
-        image = context.scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width,
-                                                                                  channels)
+        image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
         if rows == height:
             decoded = simplejpeg.decode_jpeg(payload, buffer=image, min_height=scaled_height, **options)
             if decoded.shape[:2] != image.shape[:2]:
                 raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]}, expected "
                                  f"{scaled_width}x{scaled_height} (the data table says {width}x{height})")
         else:
-            decode_rows(payload, frame[0], rows, lambda nbytes: context.scratch(nbytes, "rows"), image, **options)
+            decode_rows(payload, frame[0], rows, lambda nbytes: scratch(nbytes, "rows"), image, **options)
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
     return image, scaled_height / height, scaled_width / width

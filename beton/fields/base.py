@@ -49,6 +49,7 @@ from beton.errors import FieldError, PipelineError
 from beton.limits import ReadLimits
 from beton.pieces import Pieces
 from beton.pipeline.operation import Operation
+from beton.random import encode_rng
 
 __all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces", "ARG_TYPE", "follows_ffcv_field_contract"]
 
@@ -78,7 +79,7 @@ class EncodeContext:
     seed: int
 
     def rng(self) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.sample, self.field])
+        return encode_rng(self.seed, self.sample, self.field)
 
 
 class Field(abc.ABC):

@@ -23,7 +23,8 @@ import numpy as np
 
 from beton.errors import PipelineError
 from beton.order.base import Order, OrderContext
-from beton.order.quasi_random import expected_uniform_pages
+from beton.order.quasi_random import page_window_walk
+from beton.random import order_rng
 
 __all__ = ["BalancedOrder", "batch_composition"]
 
@@ -41,12 +42,8 @@ class BalancedOrder(Order):
         if len(indices) == 0:
             return indices
         is_raw = self._modes(context)[indices] == RAW_MODE
-        rng = np.random.default_rng([seed, epoch])
-        pages = context.sample_pages[indices]
-        unique_pages, page_of_sample = np.unique(pages, return_inverse=True)
-        window = self.window_pages or expected_uniform_pages(pages, context.batch_size)
-        window_of_sample = rng.permutation(len(unique_pages))[page_of_sample] // window
-        walk = np.lexsort((rng.random(len(indices)), window_of_sample))
+        rng = order_rng(seed, epoch)
+        walk = page_window_walk(context.sample_pages[indices], rng, self.window_pages, context.batch_size)
         raw_walk, jpeg_walk = indices[walk[is_raw[walk]]], indices[walk[~is_raw[walk]]]
         order = np.empty_like(indices)
         raw_used = jpeg_used = 0

@@ -18,6 +18,9 @@ import math
 import numpy as np
 
 from beton.order.base import Order, OrderContext
+from beton.random import order_rng
+
+__all__ = ["QuasiRandomOrder", "page_window_walk", "expected_uniform_pages"]
 
 
 class QuasiRandomOrder(Order):
@@ -30,14 +33,23 @@ class QuasiRandomOrder(Order):
         indices = np.asarray(indices, dtype=np.int64)
         if len(indices) == 0:
             return indices
-        rng = np.random.default_rng([seed, epoch])
-        pages = context.sample_pages[indices]
-        unique_pages, page_of_sample = np.unique(pages, return_inverse=True)
-        page_rank = rng.permutation(len(unique_pages))
-        window = self.window_pages or expected_uniform_pages(pages, context.batch_size)
-        window_of_sample = page_rank[page_of_sample] // window
-        tie_breaker = rng.random(len(indices))
-        return indices[np.lexsort((tie_breaker, window_of_sample))]
+        rng = order_rng(seed, epoch)
+        return indices[page_window_walk(context.sample_pages[indices], rng, self.window_pages, context.batch_size)]
+
+
+def page_window_walk(pages: np.ndarray, rng: np.random.Generator, window_pages: int | None,
+                     batch_size: int) -> np.ndarray:
+    """Positions into ``pages`` (each sample's page) in page-window order (see the module docstring).
+
+    Draws from ``rng`` in a fixed order (the page ranking, then one tie-breaker per sample), so an order that
+    goes on drawing from the same generator stays a pure function of (seed, epoch).
+    """
+    unique_pages, page_of_sample = np.unique(pages, return_inverse=True)
+    page_rank = rng.permutation(len(unique_pages))
+    window = window_pages or expected_uniform_pages(pages, batch_size)
+    window_of_sample = page_rank[page_of_sample] // window
+    tie_breaker = rng.random(len(pages))
+    return np.lexsort((tie_breaker, window_of_sample))
 
 
 def expected_uniform_pages(pages: np.ndarray, batch_size: int) -> int:

@@ -45,19 +45,16 @@ _STAGE_MODULE_PREFIX = "beton_stage_"
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One operation in place: which output, which position, its States and its output buffer."""
+    """One operation in place: which output, which position, how it runs, its States and its output buffer."""
 
     output: int
     position: int
     operation: Operation
+    kind: StageKind  # from stage_kind(operation, input_state), derived once by place_steps
     input_state: State | SourceState
     output_state: State
     buffer: int | None  # index into Plan.buffers; None for operations whose result is not a preallocated array
     input_buffer: int | None  # the buffer holding this step's input, None for the source or a Python value
-
-    @property
-    def kind(self) -> StageKind:
-        return stage_kind(self.operation, self.input_state)
 
 
 def stage_kind(operation: Operation, previous: State | SourceState) -> StageKind:
@@ -154,15 +151,16 @@ def place_steps(
             next_state = operation.output_state(state)
         except PipelineError as error:
             raise PipelineError(f"pipeline {name!r}[{position}]: {error}") from None
-        buffer = _buffer_for(operation, state, next_state, current_buffer, buffers)
-        steps.append(Step(output, position, operation, state, next_state, buffer, current_buffer))
+        kind = stage_kind(operation, state)
+        buffer = _buffer_for(operation, kind, state, next_state, current_buffer, buffers)
+        steps.append(Step(output, position, operation, kind, state, next_state, buffer, current_buffer))
         state, current_buffer = next_state, buffer
     return steps
 
 
-def _buffer_for(operation: Operation, previous: Any, state: State, current: int | None,
+def _buffer_for(operation: Operation, kind: StageKind, previous: Any, state: State, current: int | None,
                 buffers: list[BufferSpec]) -> int | None:
-    if stage_kind(operation, previous) == "batch" or state.kind != "numpy":
+    if kind == "batch" or state.kind != "numpy":
         return None  # batch operations return their result; it is not preallocated
     if current is not None and operation.in_place(previous):
         return current

@@ -1,8 +1,9 @@
 """A bounds-checked memcpy for compiled kernels.
 
-numba's slice assignment (``out[:] = memory[a:b]``) copies element by element through an aliasing check and
-measured 12x slower than memcpy on 3 KB rows; a ctypes memcpy cannot be disk-cached (numba refuses functions
-with ctypes pointers). This intrinsic emits LLVM's own memcpy, which caches like any other code.
+numba's slice assignment (``out[:] = memory[a:b]``) copies element by element through an aliasing check, far
+slower than memcpy on rows of a few KB (docs/loader.md, "Compilation"); a ctypes memcpy cannot be disk-cached
+(numba refuses functions with ctypes pointers). This intrinsic emits LLVM's own memcpy, which caches like any
+other code.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from beton.errors import PipelineError
+from beton.random import batch_rng
 
 __all__ = [
     "State",
@@ -108,7 +109,7 @@ class BatchContext:
 
     def batch_rng(self, purpose: str) -> np.random.Generator:
         """A generator shared by every operation of this batch that names the same purpose (e.g. mixup)."""
-        return np.random.default_rng([self.seed, self.epoch, self.batch, _purpose_number(purpose)])
+        return batch_rng(self.seed, self.epoch, self.batch, purpose)
 
 
 def torch_dtype(dtype: Any) -> Any:
@@ -120,10 +121,6 @@ def torch_dtype(dtype: Any) -> Any:
     if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
         return getattr(torch, dtype)
     return torch.from_numpy(np.zeros(0, dtype)).dtype
-
-
-def _purpose_number(purpose: str) -> int:
-    return int.from_bytes(purpose.encode("utf-8")[:8].ljust(8, b"\0"), "little")
 
 
 class Scratch:

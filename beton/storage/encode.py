@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from beton.errors import BetonError, DatasetError, EncodeError, error_context
+from beton.errors import BetonError, DatasetError, EncodeError, error_context, locate
 from beton.fields.base import EncodeContext, Field
 
 @dataclasses.dataclass(frozen=True)
@@ -70,17 +70,17 @@ def _rows_array(spec: EncodeSpec, rows: list[tuple], items: Sequence[ChunkItem])
         return np.array(rows, dtype=spec.data_dtype)
     except (TypeError, ValueError, OverflowError):
         pass
-    # Slow path, only to name the sample and field whose metadata tuple does not fit its dtype.
-    for row, item in zip(rows, items):
+    # Slow path, only to name the sample and field whose metadata does not fit: the same conversion, one value
+    # at a time, each as a member of its record (converted alone, a list given for a record would broadcast).
+    table = np.zeros(len(rows), spec.data_dtype)
+    for position, (row, item) in enumerate(zip(rows, items)):
         for name, metadata in zip(spec.names, row):
             try:
-                np.array(metadata, dtype=spec.data_dtype[name])
+                table[name][position] = metadata
             except (TypeError, ValueError, OverflowError) as error:
-                with error_context(path=spec.path, sample=item.dataset_index, field=name):
-                    raise EncodeError(
-                        f"metadata {metadata!r} does not fit dtype {spec.data_dtype[name]}: {error}"
-                    ) from None
-    raise EncodeError("metadata rows do not fit the data table dtype")  # unreachable unless numpy changes
+                raise locate(EncodeError(f"metadata {metadata!r} does not fit dtype {spec.data_dtype[name]}: {error}"),
+                             path=spec.path, sample=item.dataset_index, field=name) from None
+    return table
 
 
 def _fetch(spec: EncodeSpec, dataset: Any, item: ChunkItem) -> Any:
@@ -89,13 +89,13 @@ def _fetch(spec: EncodeSpec, dataset: Any, item: ChunkItem) -> Any:
     try:
         return dataset[item.dataset_index]
     except Exception as error:
-        raise _dataset_error(spec.path, item.dataset_index, error) from error
+        raise dataset_error(spec.path, item.dataset_index, error) from error
 
 
-def _dataset_error(path: str, dataset_index: int, error: BaseException) -> DatasetError:
-    wrapped = DatasetError(f"the dataset raised {type(error).__name__}: {error}")
-    wrapped.path, wrapped.sample = path, dataset_index
-    return wrapped
+def dataset_error(path: str, dataset_index: int, error: BaseException) -> DatasetError:
+    """The error for a dataset (indexed or iterable) that raised while the writer read sample ``dataset_index``."""
+    return locate(DatasetError(f"the dataset raised {type(error).__name__}: {error}"), path=path,
+                  sample=dataset_index)
 
 
 def _encode_sample(spec: EncodeSpec, sample: Any, item: ChunkItem) -> tuple[tuple, list[bytes]]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from beton import _json
 from beton.storage import format as fmt
-from beton.errors import FieldError, FormatError, error_context, first_bad_record
+from beton.errors import FieldError, FormatError, error_context, first_bad_record, locate
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField
 from beton.fields.base import Field
 from beton.codecs.image_record import IMAGE_MODES
@@ -89,7 +89,7 @@ def structure_problem(file_map: np.ndarray) -> str | None:
     types = [int(t) for t in descriptors["type_id"]]
     if _TORCH_TENSOR in types:
         return None  # its metadata size is unknown here; reading the file says what beton cannot read
-    metadata_end = descriptors_end + int(header["num_samples"]) * _metadata_dtype(types).itemsize
+    metadata_end = descriptors_end + int(header["num_samples"]) * metadata_table_dtype(types).itemsize
     pointer = int(header["alloc_table_ptr"])
     if not metadata_end <= pointer <= size or (size - pointer) % ALLOCATION_DTYPE.itemsize:
         return (f"its allocation table at offset {pointer} does not follow the metadata table (ending at "
@@ -111,7 +111,8 @@ def _descriptor_problem(descriptor: np.void) -> str | None:
     return None
 
 
-def _metadata_dtype(type_ids: list[int]) -> np.dtype:
+def metadata_table_dtype(type_ids: list[int]) -> np.dtype:
+    """FFCV's metadata-table record for fields of these type ids: one C-aligned member per field, f0, f1, ..."""
     return np.dtype([(f"f{i}", _TYPES[t][1]) for i, t in enumerate(type_ids)], align=True)
 
 
@@ -127,7 +128,7 @@ def read_ffcv(file_map: np.ndarray) -> FFCVTables:
     for name, type_id in zip(names, type_ids):
         if type_id not in _TYPES:
             raise FieldError(f"field {name!r} has FFCV type id {type_id}, which beton does not read")
-    metadata_dtype = _metadata_dtype(type_ids)
+    metadata_dtype = metadata_table_dtype(type_ids)
     metadata = _slice(file_map, HEADER_DTYPE.itemsize + FIELD_DTYPE.itemsize * num_fields, num_samples,
                       metadata_dtype, "metadata table")
     allocations = _allocations(file_map, int(header["alloc_table_ptr"]))
@@ -197,9 +198,8 @@ def _sizes_of(pointers: np.ndarray, allocations: np.ndarray, name: str) -> np.nd
     found[found] = allocations["ptr"][positions[found]] == pointers[found]
     if not found.all():
         sample = int(np.flatnonzero(~found)[0])
-        error = FormatError(f"payload pointer {int(pointers[sample])} is not in the FFCV allocation table")
-        error.sample, error.field = sample, name
-        raise error
+        raise locate(FormatError(f"payload pointer {int(pointers[sample])} is not in the FFCV allocation table"),
+                     sample=sample, field=name)
     return allocations["size"][positions].astype(np.uint64)
 
 

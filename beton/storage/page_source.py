@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from beton.errors import BetonError, FormatError, LoaderError
+from beton.errors import BetonError, FormatError, LoaderError, locate
 from beton.storage import format as fmt
 from beton.storage.reader import Reader
 
@@ -94,9 +94,7 @@ class LocalFile:
         return self._error(f"short read of {what}: {read} of {wanted} bytes (the file was truncated?)")
 
     def _error(self, message: str, kind: type[BetonError] = FormatError) -> BetonError:
-        error = kind(message)
-        error.path = self.path
-        return error
+        return locate(kind(message), path=self.path)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -1,7 +1,7 @@
 """Reader: open a .beton file, validate every offset, size and table checksum, and expose its tables.
 
-Validation happens once, on open, with vectorised numpy checks (a million samples open in well under a
-second), so that compiled code reading payloads later can trust every (offset, size) in the allocation table:
+Validation happens once, on open, with vectorised numpy checks (``benchmarks/open_time.py`` times a million
+samples), so that compiled code reading payloads later can trust every (offset, size) in the allocation table:
 each one lies inside the heap, which lies inside the file. Page contents are checked by :func:`verify`, which
 reads the whole file.
 
@@ -20,7 +20,7 @@ import dataclasses
 import math
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +29,7 @@ from beton import _json, dtypes
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
-from beton.errors import CorruptDataError, FieldError, FormatError, error_context
+from beton.errors import CorruptDataError, FieldError, FormatError, error_context, locate
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
 from beton.fields.ffcv_contract import field_from_arguments
@@ -128,7 +128,7 @@ class Reader:
         self.page_checksums = _typed_table(
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
-        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
 
     def _open_ffcv(self) -> None:
@@ -149,8 +149,12 @@ class Reader:
         self.fields = dict(zip(tables.names, tables.fields))
         self.data_table, self.allocation_table = tables.data_table, tables.allocation_table
         self.page_checksums = np.zeros(0, fmt.PAGE_CHECKSUM_DTYPE)
-        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.descriptors)
+        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
+
+    def field_of_column(self, column: int) -> str:
+        """The name of the field whose payloads fill allocation-table column ``column``."""
+        return next(d.name for d in self.descriptors.values() if d.payload_column == column)
 
     def _payload_sizes(self, name: str) -> np.ndarray | None:
         column = self.descriptors[name].payload_column
@@ -452,7 +456,8 @@ def _typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name
     return table
 
 
-def _check_allocations(table: np.ndarray, heap_offset: int, heap_size: int, descriptors: Mapping) -> None:
+def _check_allocations(table: np.ndarray, heap_offset: int, heap_size: int,
+                       field_of_column: Callable[[int], str]) -> None:
     if table.size == 0:
         return
     relative = table["offset"].astype(np.uint64) - np.uint64(heap_offset)
@@ -463,10 +468,7 @@ def _check_allocations(table: np.ndarray, heap_offset: int, heap_size: int, desc
     bad |= relative > (np.uint64(heap_size) - np.minimum(sizes, np.uint64(heap_size)))
     if bad.any():
         sample, column = (int(i) for i in np.argwhere(bad)[0])
-        field = next(d.name for d in descriptors.values() if d.payload_column == column)
-        error = FormatError(
+        raise locate(FormatError(
             f"payload at offset {int(table[sample, column]['offset'])} with size "
             f"{int(table[sample, column]['size'])} lies outside the heap [{heap_offset}, {heap_offset + heap_size})"
-        )
-        error.sample, error.field = sample, field
-        raise error
+        ), sample=sample, field=field_of_column(column))

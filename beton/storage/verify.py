@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from beton.errors import CorruptDataError, error_context
+from beton.errors import CorruptDataError, error_context, locate
 from beton.fields.base import Field
 from beton.storage.reader import Reader
 
@@ -45,8 +45,9 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
 
 
 def _page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataError:
-    error = CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match")
-    error.page = page
+    """The error for a bad page, naming the first sample with a payload on it (and that payload's field)."""
+    error = locate(CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match"),
+                   page=page)
     table = reader.allocation_table
     if table.size:
         offsets = table["offset"].astype(np.int64)
@@ -54,6 +55,5 @@ def _page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataE
         hits = np.argwhere(touches)
         if len(hits):
             sample, column = (int(i) for i in hits[0])
-            error.sample = sample
-            error.field = next(d.name for d in reader.descriptors.values() if d.payload_column == column)
+            locate(error, sample=sample, field=reader.field_of_column(column))
     return error

@@ -32,16 +32,16 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from beton.storage import format as fmt
 from beton._cores import resolve_workers
-from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, _dataset_error, encode_chunk
+from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, dataset_error, encode_chunk
 from beton.storage.file_builder import FileBuilder, field_table_bytes
-from beton.errors import FieldError, WriterError
+from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
 from beton.fields.ffcv_contract import as_beton_field
+from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter"]
 
@@ -113,7 +113,7 @@ class DatasetWriter:
         """
         order = range(len(dataset)) if indices is None else [int(index) for index in indices]
         if shuffle_indices:
-            order = [int(i) for i in np.random.default_rng([self._spec.seed, _SHUFFLE]).permutation(order)]
+            order = writer_shuffle(self._spec.seed, order)
         items = (ChunkItem(position, index) for position, index in enumerate(order))
         self._write(_chunks(items, chunksize), len(order), dataset)
 
@@ -171,14 +171,11 @@ class DatasetWriter:
 
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_SHUFFLE = 0x5348  # keys the shuffle_indices permutation apart from the fields' own draws (which take 3 keys)
 
 
 def _io_error(path: str, error: OSError) -> WriterError:
-    wrapped = WriterError(f"writing failed: {error.strerror or error}"
-                          + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else ""))
-    wrapped.path = path
-    return wrapped
+    return locate(WriterError(f"writing failed: {error.strerror or error}"
+                              + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else "")), path=path)
 
 
 class _Terminated(BaseException):
@@ -220,12 +217,10 @@ def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:
     try:
         return future.result()
     except BrokenProcessPool:
-        error = WriterError(
+        raise locate(WriterError(
             f"a writer worker process died while encoding samples {chunk[0].dataset_index}.."
             f"{chunk[-1].dataset_index} (killed, out of memory, or a crash in native code)"
-        )
-        error.path = path
-        raise error from None
+        ), path=path) from None
 
 
 # The encoding worker's inputs live in this process-local slot, set once by the pool initializer: with the
@@ -254,7 +249,7 @@ def _iterate_samples(path: str, iterable: Iterable[Any]) -> Iterator[ChunkItem]:
         except StopIteration:
             return
         except Exception as error:
-            raise _dataset_error(path, position, error) from error
+            raise dataset_error(path, position, error) from error
         yield ChunkItem(position, position, value, fetch=False)
 
 

@@ -99,7 +99,7 @@ def _solarization_kernel(src, dst, i, sample, key, args):
     if uniform(key, sample, 0) >= probability:
         return
     values = dst[i].reshape(-1)
-    for k in range(np.uint64(values.size)):  # unsigned: no wrap-around check, so it vectorises (6-13x faster)
+    for k in range(np.uint64(values.size)):  # unsigned: no wrap-around check, so it vectorises
         value = values[k]
         values[k] = 255 - value if value >= threshold else value
 
@@ -153,5 +153,5 @@ class RandomSolarization(InPlaceUint8ImageOperation):
         return (np.float64(self.solarization_prob), np.int64(self.threshold))
 
 
-#: The name used in the brief; the same operation.
+#: Another name for the same operation.
 Solarization = RandomSolarization

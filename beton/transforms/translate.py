@@ -22,8 +22,8 @@ def _translate_kernel(src, dst, i, sample, key, args):
     height, width, channels = image.shape
     shift_y = integer(key, sample, 0, -padding, padding + 1)
     shift_x = integer(key, sample, 1, -padding, padding + 1)
-    # Row by row: the columns that come from the image are one contiguous run, the rest is fill (12-26 us per
-    # 160x160x3 image instead of 73-120 for a per-value bounds test)
+    # Row by row: the columns that come from the image are one contiguous run, the rest is fill, so no value
+    # needs a bounds test of its own (such a test kept the loop from vectorising)
     first, last = min(max(shift_x, 0), width), max(min(width + shift_x, width), 0)  # output columns from the image
     for y in range(height):
         source_y = y - shift_y

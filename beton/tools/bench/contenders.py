@@ -3,8 +3,8 @@ epoch, the second element of a batch being its labels) or a string: the reason i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import math
 import os
 import threading
 from collections.abc import Iterable
@@ -21,8 +21,7 @@ from beton.storage import DatasetWriter
 from beton.tools.bench.data import ArrayDataset, DecodedJpegDataset, JpegDataset
 from beton.fields import IntField, NDArrayField, RGBImageField
 from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.decoders.image_crops import center_crop, random_resized_crop
-from beton.decoders.rgb_image import choose_dct_factor
+from beton.pipeline.operation import Scratch
 from beton.random import operation_key
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 
@@ -30,33 +29,33 @@ __all__ = ["ImageTask", "beton_images", "torch_images", "ffcv_images", "dali_ima
            "DecodeLimit", "beton_raw", "torch_raw", "ffcv_raw"]
 
 WORKERS = 2
-_LOG_RATIOS = (math.log(3 / 4), math.log(4 / 3))
 
 
 class ImageTask:
-    """What to do with each image: RandomResizedCrop (train) or CenterCrop (validation) to ``size``."""
+    """What to do with each image: RandomResizedCrop (train) or CenterCrop (validation) to ``size``.
+
+    ``decoder`` is beton's crop decoder for the task; every contender crops where it does (:meth:`crop`).
+    """
 
     def __init__(self, kind: str, size: int, batch_size: int) -> None:
         if kind not in ("rrc", "center"):
             raise ValueError(f"kind must be 'rrc' or 'center', got {kind!r}")
         self.kind, self.size, self.batch_size = kind, size, batch_size
+        self.decoder = RandomResizedCropRGBImageDecoder((size, size)) if self.train \
+            else CenterCropRGBImageDecoder((size, size), ratio=224 / 256)
 
     @property
     def train(self) -> bool:
         return self.kind == "rrc"
 
     def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
-        if self.train:
-            return random_resized_crop(key, sample, height, width, 0.08, 1.0, *_LOG_RATIOS)
-        return center_crop(height, width, 224 / 256)
+        return self.decoder.crop(key, sample, height, width)
 
 
 def beton_images(path: str, task: ImageTask, os_cache: bool = True,
                  order: OrderOption = OrderOption.RANDOM, **options: Any) -> Loader:
-    decoder = RandomResizedCropRGBImageDecoder((task.size, task.size)) if task.train \
-        else CenterCropRGBImageDecoder((task.size, task.size), ratio=224 / 256)
-    image = [decoder, RandomHorizontalFlip(), ToTensor(), ToTorchImage()] if task.train \
-        else [decoder, ToTensor(), ToTorchImage()]
+    image = [task.decoder, RandomHorizontalFlip(), ToTensor(), ToTorchImage()] if task.train \
+        else [task.decoder, ToTensor(), ToTorchImage()]
     return Loader(path, batch_size=task.batch_size, num_workers=WORKERS, order=order, seed=0, os_cache=os_cache,
                   pipelines={"image": image, "label": [IntDecoder(), ToTensor()]}, **options)
 
@@ -216,36 +215,54 @@ def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str) -> It
 
 
 class DecodeLimit:
-    """simplejpeg alone, at the DCT scale and with the chroma upsampling beton's decoder uses for each image, in 2
-    threads: an upper bound."""
+    """An upper bound for a loader of these JPEGs: the decode step of beton's crop decoder alone, in 2 threads.
 
-    def __init__(self, jpegs: list[bytes], task: ImageTask, seed: int = 0) -> None:
-        self.jpegs, self.task, self.seed, self.epoch = jpegs, task, seed, 0
+    Each image is cropped where the decoder crops it (its own :meth:`crop`) and decoded by the decoder's own
+    :meth:`~beton.decoders.rgb_image.RandomResizedCropRGBImageDecoder.decoded_crop`: the DCT scale it picks,
+    its upsampling setting, into per-thread scratch buffers; no resize, no flip, no batches, no file. ``rows``:
+
+    * ``"whole"``: every row of the image at that scale (``decode_whole=True``), what any loader decoding
+      whole JPEGs must do;
+    * ``"crop"``: only the MCU rows down to the crop's bottom edge, as the decoder does by default: the
+      ceiling of beton's own approach (beton can pass the whole-image limit, never this one).
+
+    Image sizes are read once, up front, as the loader reads them from its data table.
+    """
+
+    def __init__(self, jpegs: list[bytes], task: ImageTask, rows: str, seed: int = 0) -> None:
+        if rows not in ("whole", "crop"):
+            raise ValueError(f"rows must be 'whole' or 'crop', got {rows!r}")
+        self.decoder = dataclasses.replace(task.decoder, decode_whole=rows == "whole")
+        self.payloads = [np.frombuffer(data, np.uint8) for data in jpegs]
+        self.shapes = [tuple(simplejpeg.decode_jpeg_header(data)[:2]) for data in jpegs]
+        self.out_shape = (task.size, task.size, 3)
+        self.seed, self.epoch = seed, 0
 
     def __iter__(self):
-        key = operation_key(self.seed, self.epoch, 0, 0)
+        key = operation_key(self.seed, self.epoch, 0, 0)  # the key beton's loader gives its image decoder
         self.epoch += 1
-        jobs = []
-        for index, data in enumerate(self.jpegs):
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-            _, _, crop_height, crop_width = self.task.crop(key, index, height, width)
-            factor = choose_dct_factor(crop_height, crop_width, self.task.size, self.task.size)
-            jobs.append((data, -(-height // factor), -(-width // factor), factor))
 
-        fast_upsample = self.task.train  # the decoder settings beton's crop decoder uses for this task
+        failures: list[BaseException] = []
 
-        def decode(part):
-            buffer = np.empty(4000 * 4000 * 3, np.uint8)
-            for data, min_height, min_width, factor in part:
-                simplejpeg.decode_jpeg(data, min_height=min_height, min_width=min_width, min_factor=factor,
-                                       buffer=buffer, fastupsample=fast_upsample)
+        def decode(indices: range) -> None:
+            scratch = Scratch()
+            try:
+                for index in indices:
+                    height, width = self.shapes[index]
+                    crop = self.decoder.crop(key, index, height, width)
+                    self.decoder.decoded_crop(self.payloads[index], (height, width, 3), crop, self.out_shape, scratch)
+            except BaseException as error:  # a limit that skipped images would report a rate it never reached
+                failures.append(error)
 
-        threads = [threading.Thread(target=decode, args=(jobs[k::WORKERS],)) for k in range(WORKERS)]
+        count = len(self.payloads)
+        threads = [threading.Thread(target=decode, args=(range(k, count, WORKERS),)) for k in range(WORKERS)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        return iter([(None, range(len(self.jpegs)))])
+        if failures:
+            raise failures[0]
+        return iter([(None, range(count))])
 
 
 # ---- raw arrays -----------------------------------------------------------------------------------------

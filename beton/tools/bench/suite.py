@@ -11,7 +11,10 @@ f. writer samples/s (JPEG bytes stored as they are; arrays encoded to JPEG)
 g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from the page cache before every
    epoch: bytes read from storage (/proc/self/io) and images/s
 
-(a)-(c) also report the decode limit: simplejpeg alone decoding the same bytes at the same DCT scales.
+(a)-(c) also report two limits, beton's crop decoder's own decode step alone in 2 threads (same crops, DCT
+scales and decoder settings; no resize, no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`):
+the whole image decoded, what any loader of whole JPEGs needs; and only the MCU rows each crop needs, the
+ceiling of beton's own approach. ``beton_share`` is beton's paired ratio to each.
 Contenders that are not installed (FFCV, DALI, WebDataset, Pillow) are skipped with the reason printed.
 """
 
@@ -58,11 +61,15 @@ def _measure(builders: dict[str, Callable[[], Iterable | str]], repeats: int) ->
     return result
 
 
+#: DecodeLimit's rows -> the limit's name in the results
+_LIMITS = {"whole": "decode limit (whole image)", "crop": "decode limit (crop rows)"}
+
+
 def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
     path = c.write_beton_images(jpegs, os.path.join(directory, f"{name}.beton"))
     result = _measure({
         "beton": lambda: c.beton_images(path, task),
-        "decode limit": lambda: c.DecodeLimit(jpegs, task),
+        **{limit: (lambda rows=rows: c.DecodeLimit(jpegs, task, rows)) for rows, limit in _LIMITS.items()},
         "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
@@ -70,7 +77,9 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
         "WebDataset": lambda: c.webdataset_images(jpegs, task, os.path.join(directory, f"wds-{name}-{task.kind}")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
+    result["beton_share"] = {rows: result["beton_over"][limit] for rows, limit in _LIMITS.items()}
     return result
+
 
 
 def _raw_scenario(count: int, directory: str, repeats: int) -> dict:
@@ -167,8 +176,8 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     # Forked DataLoader workers deadlock in OpenCV if its thread pool was started in this process (making the
     # test photos resizes with cv2): one OpenCV thread here keeps every contender's workers safe.
     cv2.setNumThreads(1)
-    # Rounds are cheap (an epoch of 2000 images takes 0.3-2 s) next to writing the files: 7 of them give medians
-    # that one slow moment of a shared host does not move.
+    # Rounds (one epoch each) are cheap next to writing the files: 7 of them give medians that one slow moment
+    # of a shared host does not move.
     count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 7)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
@@ -214,6 +223,10 @@ def markdown_table(result: dict) -> str:
             for name, rate in values["images_per_s"].items():
                 ratio = values.get("beton_over", {}).get(name, 1.0)
                 lines.append(f"| {title} | {name} | {rate:,} | {ratio:.2f} |")
+    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-rows limit"
+              for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
+    if shares:
+        lines += ["", "beton's share of the decode limits (paired ratios):", *shares]
     for title, values in result["scenarios"].items():
         if "images_per_s" not in values or not isinstance(values["images_per_s"], dict):
             lines += ["", f"{title}: `{json.dumps(values)}`"]
