@@ -11,13 +11,19 @@ answer, ``503`` answers Service Unavailable, ``truncate`` announces the whole bo
 answers the whole file. ``rate`` (bytes per second,
 shared by every connection, like one link) and ``latency`` (seconds added before each answer) make it behave
 like a remote store.
+
+``python tests/range_server.py DIRECTORY [--rate BYTES/S] [--latency SECONDS]`` runs one in its own process
+(for benchmarks: its work then does not compete for the client's interpreter) and prints its port; ``GET
+/.stats`` answers ``{"requests": ..., "bytes_sent": ...}`` as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import email.utils
 import http.server
+import json
 import os
 import re
 import socket
@@ -145,6 +151,14 @@ class RangeServer:
 
     def _answer(self, handler: http.server.BaseHTTPRequestHandler, head: bool) -> None:
         name = handler.path.lstrip("/")
+        if name == ".stats":
+            with self._lock:
+                stats = json.dumps({"requests": self.requests, "bytes_sent": self.bytes_sent}).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(stats)))
+            handler.end_headers()
+            handler.wfile.write(stats)
+            return None
         path = os.path.join(self.directory, name)
         if "/" in name or name.startswith(".") or not os.path.isfile(path):
             return self._error(handler, 404)
@@ -212,3 +226,14 @@ class RangeServer:
         handler.send_response(code)
         handler.send_header("Content-Length", "0")
         handler.end_headers()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Serve a directory on 127.0.0.1 with Range requests.")
+    parser.add_argument("directory")
+    parser.add_argument("--rate", type=float, default=None, help="link rate in bytes per second")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added before each answer")
+    arguments = parser.parse_args()
+    with RangeServer(arguments.directory, rate=arguments.rate, latency=arguments.latency) as running:
+        print(running.port, flush=True)
+        threading.Event().wait()

@@ -93,8 +93,9 @@ class Reader:
         self.remote: RemoteFile | None = None
         with error_context(path=self.path):
             if is_url(self.path):
-                self._open_remote(custom_fields, resolve_remote_options(remote_options, storage_options=storage_options,
-                                                                cache_dir=cache_dir, cache_limit=cache_limit))
+                options = resolve_remote_options(remote_options, storage_options=storage_options,
+                                                 cache_dir=cache_dir, cache_limit=cache_limit)
+                self._open_remote(custom_fields, options)
             else:
                 self._open(custom_fields)
 

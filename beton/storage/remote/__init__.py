@@ -16,4 +16,5 @@ from beton.storage.remote.options import RemoteOptions, is_url, resolve_remote_o
 from beton.storage.remote.pages import RemotePages
 from beton.storage.remote.source import RemotePageSource
 
-__all__ = ["RemoteOptions", "is_url", "resolve_remote_options", "RemoteFile", "RemoteBytes", "RemotePages", "RemotePageSource"]
+__all__ = ["RemoteOptions", "is_url", "resolve_remote_options", "RemoteFile", "RemoteBytes", "RemotePages",
+           "RemotePageSource"]

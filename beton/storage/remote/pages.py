@@ -33,6 +33,8 @@ from beton.storage.remote.fetch import RangeFetcher
 
 __all__ = ["RemotePages", "expected_reads"]
 
+_MOST_AHEAD = 1024  # pages planned ahead at most, whatever their size: bounds the bookkeeping per page taken
+
 
 class RemotePages:
     """The heap pages [0, num_pages) of a remote file, at ``heap_offset``, ``page_size`` bytes each (the last one
@@ -47,7 +49,7 @@ class RemotePages:
         self.cache = cache
         options = fetcher.options
         self._pages_per_request = max(1, options.request_bytes // page_size)
-        self._ahead_limit = max(1, options.prefetch_bytes // page_size)
+        self._ahead_limit = max(1, min(_MOST_AHEAD, options.prefetch_bytes // page_size))
         self._pool = concurrent.futures.ThreadPoolExecutor(options.max_in_flight, thread_name_prefix="beton-fetch")
         self._lock = threading.Lock()
         self._plan = np.zeros(0, np.int64)
@@ -57,6 +59,7 @@ class RemotePages:
         # page per payload; small next to the read-ahead buffer.
         self._recent: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._recent_limit = max(2, min(16, options.prefetch_bytes // 4 // page_size))
+        self._seen_on_disk: set[int] = set()
         self._closed = False
         self.pages_fetched = 0  # pages that came over the network (retries included), for counters and tests
 
@@ -179,7 +182,7 @@ class RemotePages:
         for page in self._plan[self._cursor : self._cursor + self._ahead_limit].tolist():
             if len(self._ahead) + len(run) >= self._ahead_limit:
                 break
-            if page in self._ahead or page in run or (self.cache is not None and self.cache.contains(page)):
+            if page in self._ahead or page in run or self._on_disk(page):
                 continue  # cached pages are read from disk when asked for: nothing to hold in memory
             if run and (page != run[-1] + 1 or len(run) >= self._pages_per_request):
                 self._submit(run)
@@ -187,6 +190,18 @@ class RemotePages:
             run.append(page)
         if run:
             self._submit(run)
+
+    def _on_disk(self, page: int) -> bool:
+        """Whether the disk cache holds a page (remembered once seen: a page evicted since is fetched when asked
+        for, as any page out of plan)."""
+        if self.cache is None:
+            return False
+        if page in self._seen_on_disk:
+            return True
+        if self.cache.contains(page):
+            self._seen_on_disk.add(page)
+            return True
+        return False
 
     def _submit(self, run: list[int]) -> None:
         shared = self._pool.submit(self._fetch_run, list(run))

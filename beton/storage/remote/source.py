@@ -42,7 +42,8 @@ class RemotePageSource:
             page = (position - pages.heap_offset) // pages.page_size
             low, high = pages.bounds(page)
             piece = min(high, end) - position
-            out[position - offset : position - offset + piece] = pages.page(page)[position - low : position - low + piece]
+            within = position - low
+            out[position - offset : position - offset + piece] = pages.page(page)[within : within + piece]
             position += piece
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
