@@ -12,7 +12,8 @@ cache's. The server runs in a process of its own. RandomResizedCrop-160 +
 flip, ToTensor, ToTorchImage, batch 64, 2 threads (WebDataset: 2 worker processes), QUASI_RANDOM with 8-page
 windows for beton. Reports images/s (medians over rounds) and, per round, each contender's ratio to the local
 epoch of the same round (their median), plus what the link alone allows (images / (file bytes / rate)) and how
-busy the machine was (all cores, from /proc/stat) while it ran. Writes benchmarks/results/remote.json.
+busy the machine was (all cores, from /proc/stat) while it ran, and the server process's CPU time in each
+first epoch (on this machine the server shares the client's cores). Writes benchmarks/results/remote.json.
 """
 
 from __future__ import annotations
@@ -51,10 +52,17 @@ def make_loader(path: str, **options) -> Loader:
                              "label": [IntDecoder(), ToTensor()]}, **options)
 
 
-def epoch_rate(batches) -> float:
-    start = time.perf_counter()
+CPU_MS_PER_IMAGE: dict[str, float] = {}  # filled per epoch by epoch_rate, read right after it (one thread)
+
+
+def epoch_rate(batches, name: str = "") -> float:
+    """Images per second of one epoch; also records this process's CPU milliseconds per image (user + system,
+    every thread): on a shared machine that moves much less than the rate with other jobs' load."""
+    cpu, start = sum(os.times()[:2]), time.perf_counter()
     count = sum(len(labels) for _, labels in batches)
-    return count / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    CPU_MS_PER_IMAGE[name] = (sum(os.times()[:2]) - cpu) * 1e3 / count
+    return count / elapsed
 
 
 class ServerProcess:
@@ -68,10 +76,10 @@ class ServerProcess:
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
 
-    @property
-    def bytes_sent(self) -> int:
+    def stats(self) -> dict:
+        """Requests answered, body bytes sent and the server process's CPU seconds so far."""
         with urllib.request.urlopen(self.url(".stats")) as answer:
-            return json.load(answer)["bytes_sent"]
+            return json.load(answer)
 
     def stop(self) -> None:
         self._process.terminate()
@@ -139,31 +147,36 @@ def main() -> None:
                 for _ in range(arguments.repeats):
                     row = {}
                     with make_loader(path) as loader:
-                        row["local"] = epoch_rate(loader)
+                        row["local"] = epoch_rate(loader, "local")
                     with make_loader(path, os_cache=False) as loader:
-                        row["local, process cache"] = epoch_rate(loader)
+                        row["local, process cache"] = epoch_rate(loader, "local, process cache")
                     with tempfile.TemporaryDirectory() as cache:
                         opened = time.perf_counter()
                         with make_loader(server.url("photos.beton"), cache_dir=cache) as loader:
                             row["open_seconds"] = time.perf_counter() - opened
-                            sent = server.bytes_sent
-                            row["remote, first epoch"] = epoch_rate(loader)
-                            row["bytes_over_link"] = server.bytes_sent - sent
-                            sent = server.bytes_sent
-                            row["remote, second epoch"] = epoch_rate(loader)
-                            row["bytes_over_link_second"] = server.bytes_sent - sent
+                            before = server.stats()
+                            row["remote, first epoch"] = epoch_rate(loader, "remote, first epoch")
+                            after = server.stats()
+                            row["bytes_over_link"] = after["bytes_sent"] - before["bytes_sent"]
+                            row["requests"] = after["requests"] - before["requests"]
+                            row["server_cpu_seconds"] = after["cpu_seconds"] - before["cpu_seconds"]
+                            row["remote, second epoch"] = epoch_rate(loader, "remote, second epoch")
+                            row["bytes_over_link_second"] = server.stats()["bytes_sent"] - after["bytes_sent"]
                     if not isinstance(wds, str):
-                        row["WebDataset"] = epoch_rate(wds)
+                        row["WebDataset"] = epoch_rate(wds)  # its CPU is in worker processes: not comparable
+                    row["cpu_ms_per_image"] = {k: round(v, 3) for k, v in CPU_MS_PER_IMAGE.items() if k}
                     rounds.append(row)
-                    print(link, {k: round(v, 3) for k, v in row.items()}, flush=True)
-            contenders = [name for name in rounds[0] if name not in ("open_seconds",) and
-                          not name.startswith("bytes")]
+                    print(link, row, flush=True)
+            contenders = [name for name in rounds[0] if name not in ("open_seconds", "requests") and
+                          not name.startswith(("bytes", "server", "cpu"))]
             result["links"][link] = {
                 "rounds": rounds,
                 "link_limit_images_per_second": arguments.images / (file_bytes / rate),
                 "median_images_per_second": {name: statistics.median(r[name] for r in rounds) for name in contenders},
                 "median_ratio_to_local": {name: statistics.median(r[name] / r["local"] for r in rounds)
                                           for name in contenders},
+                "median_cpu_ms_per_image": {name: statistics.median(r["cpu_ms_per_image"][name] for r in rounds)
+                                            for name in rounds[0]["cpu_ms_per_image"]},
                 "webdataset": None if not isinstance(wds, str) else wds,
             }
         result["cpu"] = meter.stop()
@@ -175,11 +188,14 @@ def markdown(result: dict) -> str:
     lines = [f"{result['images']} photo JPEGs ~256 px, file {result['file_bytes'] / 1e6:.1f} MB, "
              f"{result['page_size'] // 1024} KiB pages; {result['machine']}; machine busy "
              f"{result['cpu']['machine_busy']:.0%} (this benchmark {result['cpu']['this_benchmark']:.0%})", "",
-             "| link | contender | images/s | × local (median of rounds) |", "|---|---|---|---|"]
+             "| link | contender | images/s | × local (median of rounds) | CPU ms per image |",
+             "|---|---|---|---|---|"]
     for link, data in result["links"].items():
         for name, rate in data["median_images_per_second"].items():
-            lines.append(f"| {link} | {name} | {rate:,.0f} | {data['median_ratio_to_local'][name]:.2f} |")
-        lines.append(f"| {link} | link limit | {data['link_limit_images_per_second']:,.0f} | |")
+            cpu = data["median_cpu_ms_per_image"].get(name)
+            lines.append(f"| {link} | {name} | {rate:,.0f} | {data['median_ratio_to_local'][name]:.2f} | "
+                         f"{'' if cpu is None else f'{cpu:.3f}'} |")
+        lines.append(f"| {link} | link limit | {data['link_limit_images_per_second']:,.0f} | | |")
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@ like a remote store.
 
 ``python tests/range_server.py DIRECTORY [--rate BYTES/S] [--latency SECONDS]`` runs one in its own process
 (for benchmarks: its work then does not compete for the client's interpreter) and prints its port; ``GET
-/.stats`` answers ``{"requests": ..., "bytes_sent": ...}`` as JSON.
+/.stats`` answers ``{"requests": ..., "bytes_sent": ..., "cpu_seconds": ...}`` as JSON (the CPU time of the
+process serving).
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ class RangeServer:
         name = handler.path.lstrip("/")
         if name == ".stats":
             with self._lock:
-                stats = json.dumps({"requests": self.requests, "bytes_sent": self.bytes_sent}).encode()
+                stats = json.dumps({"requests": self.requests, "bytes_sent": self.bytes_sent,
+                                    "cpu_seconds": sum(os.times()[:2])}).encode()
             handler.send_response(200)
             handler.send_header("Content-Length", str(len(stats)))
             handler.end_headers()

@@ -128,7 +128,10 @@ class RemotePages:
         for attempt in range(attempts):
             if self._matches(page, data):
                 if self.cache is not None:
-                    self.cache.put(page, data)
+                    try:
+                        self.cache.put(page, data)
+                    except OSError:  # a full or read-only cache disk costs speed, never the read
+                        pass
                 return data
             if attempt + 1 < attempts:
                 self.fetcher.pause(attempt)
