@@ -10,6 +10,7 @@ from beton.errors import (
     FormatError,
     LoaderError,
     PipelineError,
+    StorageError,
     WriterError,
 )
 from beton.loader import Loader
@@ -37,4 +38,5 @@ __all__ = [
     "WriterError",
     "PipelineError",
     "LoaderError",
+    "StorageError",
 ]

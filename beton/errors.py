@@ -11,7 +11,8 @@
     ├── DatasetError (RuntimeError)             the user's dataset raised while being read by the writer
     ├── WriterError (RuntimeError)              writing failed for another reason (a worker process died)
     ├── PipelineError (TypeError)               a loader pipeline is built wrongly
-    └── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
+    ├── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
+    └── StorageError (OSError)                  remote storage kept failing to deliver a file's bytes
 
 Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
 does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
@@ -42,6 +43,7 @@ __all__ = [
     "WriterError",
     "PipelineError",
     "LoaderError",
+    "StorageError",
 ]
 
 _LOCATION = ("path", "field", "sample", "page")
@@ -112,6 +114,12 @@ class LoaderError(BetonError, RuntimeError):
     """A loader is used in a way it cannot serve, such as an epoch iterator superseded by a newer one."""
 
 
+class StorageError(BetonError, OSError):
+    """Remote storage did not deliver a file's bytes: a read kept failing (timeouts, dropped connections, server
+    errors, short reads) until its retries ran out, or failed in a way retrying cannot mend (access denied). The
+    last underlying error is ``__cause__``; ``path`` is the URL, ``page`` the page when known."""
+
+
 def locate(error: _Error, *, note: str | None = None, **where: object) -> _Error:
     """Attach where ``error`` happened, and return it (``raise locate(FormatError(...), sample=3)``).
 
@@ -140,6 +148,7 @@ def error_context(*, note: str | None = None, **where: object) -> Iterator[None]
     except Exception as error:
         locate(error, note=note, **where)
         raise
+
 
 
 def add_note(error: BaseException, note: str) -> None:

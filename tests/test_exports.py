@@ -9,7 +9,7 @@ def test_top_level_exports():
     assert sorted(beton.__all__) == sorted([
         "DatasetWriter", "Loader", "OrderOption", "Reader", "verify", "VerifyReport", "BetonError", "FormatError", "CorruptDataError",
         "FieldError", "EncodeError", "DecodeError", "DatasetError", "WriterError", "PipelineError",
-        "LoaderError",
+        "LoaderError", "StorageError",
     ])
     assert all(hasattr(beton, name) for name in beton.__all__)
 
@@ -27,5 +27,5 @@ def test_every_error_is_a_beton_error_and_a_builtin():
         error = getattr(beton.errors, name)
         assert issubclass(error, beton.BetonError)
         assert name == "BetonError" or any(
-            issubclass(error, builtin) for builtin in (ValueError, RuntimeError, TypeError)
+            issubclass(error, builtin) for builtin in (ValueError, RuntimeError, TypeError, OSError)
         )

@@ -33,6 +33,7 @@ from beton.random import operation_key
 from beton.loader.pipelines import resolve_pipelines
 from beton.threading_layer import ensure_thread_safe_layer
 from beton.storage.reader import Reader
+from beton.storage.remote import RemoteOptions, is_url
 
 __all__ = ["Loader"]
 
@@ -49,6 +50,7 @@ class Loader:
             when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
         os_cache: True reads through a memory map (the OS page cache); False uses a process cache that
             reads whole pages ahead of use in the epoch's known order (see :mod:`beton.memory.process_cache`).
+            A URL is always read through the process cache (there is no memory map of a remote file).
         order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
@@ -85,6 +87,9 @@ class Loader:
             operation in place and the change goes unseen; replace the operation (or the array) instead.
         max_image_pixels: refuse files holding an image of more decoded pixels (see :class:`~beton.Reader`);
             by default ``$BETON_MAX_IMAGE_PIXELS`` or 2**27; None lifts the cap.
+        storage_options, cache_dir, cache_limit, remote_options: for a URL (``https://...``, ``s3://...``):
+            fsspec's options, the local page cache's directory and size in bytes, and request tuning (see
+            :class:`~beton.Reader` and docs/remote.md). Local paths ignore them.
         order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM, or
             those of a TraversalOrder subclass).
 
@@ -132,15 +137,22 @@ class Loader:
         persistent_workers: bool = False,
         order_kwargs: Mapping[str, Any] | None = None,
         max_image_pixels: int | None | Literal["environment"] = "environment",
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        remote_options: RemoteOptions | None = None,
     ) -> None:
         self._arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        os_cache = os_cache and not is_url(path)  # a remote file is read through the process cache
         if read_bandwidth is not None and (os_cache or read_bandwidth <= 0):
             raise ValueError("read_bandwidth needs os_cache=False (the process cache) and a positive rate, got "
                              f"os_cache={os_cache}, read_bandwidth={read_bandwidth}")
         ensure_thread_safe_layer()
-        self.reader = Reader(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels)
+        self.reader = Reader(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
+                             storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit,
+                             remote_options=remote_options)
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)

@@ -49,7 +49,7 @@ from beton.errors import CorruptDataError
 from beton.memory.os_cache import MemoryCounters, allocation_columns
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
-from beton.storage.page_source import LocalFile
+from beton.storage.page_source import open_page_source
 from beton.storage.reader import Reader
 
 __all__ = ["ProcessCache"]
@@ -64,7 +64,7 @@ class ProcessCache:
         self._page_need: np.ndarray | None = None
         self._num_slots = num_slots
         self._requested_budget = budget_pages
-        self._file = LocalFile(reader)
+        self._file = open_page_source(reader)  # a LocalFile, or checked pages of a remote file
         self._offsets, self._sizes = allocation_columns(reader)
         self._condition = threading.Condition()
         self._staging: dict[tuple[int, int], np.ndarray] = {}
@@ -84,6 +84,7 @@ class ProcessCache:
         self._pieces = dict(pieces or {})
         self._page_need = self._bytes_needed_per_page(columns) if self._pieces else None
         self._reset([self._pages_of(samples, columns) for samples in batches])
+        self._file.will_read(self._batch_pages, self.budget_pages)  # a remote source starts fetching
         self.counters = MemoryCounters()
         self._pace.restart()
         self._stop = False

@@ -3,6 +3,8 @@
 :mod:`~beton.storage.format` is the layout, :mod:`~beton.storage.writer` (with ``encode`` and
 ``file_builder``) writes a file atomically, :mod:`~beton.storage.reader` opens and validates one (beton's own
 format or FFCV's, :mod:`~beton.storage.ffcv_format`), :mod:`~beton.storage.verify` checks every page.
+:mod:`~beton.storage.page_source` gives the memory layers a file's pages, local or remote
+(:mod:`~beton.storage.remote`: URLs through fsspec, checked pages, a page cache on disk).
 """
 
 from beton.storage.reader import Reader

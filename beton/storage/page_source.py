@@ -1,12 +1,14 @@
 """Page sources: where the memory layers read a file's bytes from, behind one small interface.
 
 The process cache reads pages through a :class:`PageSource`; a local file is a :class:`LocalFile` (``preadv``
-on a descriptor opened once). Remote storage plugs in here with the same four members.
+on a descriptor opened once); a remote file is a :class:`~beton.storage.remote.RemotePageSource` (checked pages
+fetched by byte range). :func:`open_page_source` picks the one for a Reader.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -14,8 +16,9 @@ import numpy as np
 from beton.errors import BetonError, FormatError, LoaderError, locate
 from beton.storage import format as fmt
 from beton.storage.reader import Reader
+from beton.storage.remote import RemotePageSource
 
-__all__ = ["PageSource", "LocalFile"]
+__all__ = ["PageSource", "LocalFile", "open_page_source"]
 
 
 class PageSource(Protocol):
@@ -25,7 +28,9 @@ class PageSource(Protocol):
     ``out`` with the file's bytes from ``offset`` or raises a :class:`~beton.errors.BetonError` naming the
     source and ``what`` (e.g. "page 7"): never fewer bytes, never other bytes. ``check()`` raises if the file
     changed since it was opened (called per batch, so cheap); ``check_path()`` also checks that the name still
-    names the opened file (per epoch). ``close()`` releases it.
+    names the opened file (per epoch). ``close()`` releases it. ``will_read(batch_pages, budget_pages)``: the
+    heap pages each batch of the coming epoch needs and the reader's page budget, so that a source with latency
+    can fetch ahead (a local file ignores it).
     """
 
     description: str
@@ -34,6 +39,8 @@ class PageSource(Protocol):
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None: ...
 
     def check(self) -> None: ...
+
+    def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None: ...
 
     def check_path(self) -> None: ...
 
@@ -84,6 +91,9 @@ class LocalFile:
                               "to read the new one")
         self.check()
 
+    def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
+        pass  # the kernel reads ahead on its own; pages are read when asked for
+
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
         read = os.preadv(self.fd, [out], offset)
         if read != len(out):  # the file shrank since it was opened: the rest of the buffer is not the data
@@ -100,3 +110,9 @@ class LocalFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def open_page_source(reader: Reader) -> PageSource:
+    """The page source for a validated Reader's file: local, or remote when the Reader opened a URL."""
+    return LocalFile(reader) if reader.remote is None else RemotePageSource(reader.remote)
+

@@ -34,6 +34,7 @@ from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
 from beton.fields.ffcv_contract import field_from_arguments
 from beton.fields.registry import FieldClasses, unregistered_reason
+from beton.storage.remote import RemoteFile, RemoteOptions, is_url, resolve_remote_options
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
 
@@ -73,17 +74,31 @@ class Reader:
     claiming more is refused before anything is allocated. The default, "environment", takes
     ``$BETON_MAX_IMAGE_PIXELS`` (a number, or "none") and otherwise :data:`beton.limits.DEFAULT_MAX_IMAGE_PIXELS`;
     None lifts the cap, for files you trust.
+
+    ``path`` may be a URL (``https://...``, ``s3://bucket/key``, anything fsspec resolves; see docs/remote.md):
+    the header and tables are fetched by byte range and validated as a local file's, and payloads come from whole
+    pages checked against their CRC32. ``storage_options`` go to fsspec, ``cache_dir``/``cache_limit`` keep
+    pages on local disk, ``remote_options`` tunes requests (:class:`~beton.storage.remote.RemoteOptions`); local
+    paths ignore all four. ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
     """
 
     def __init__(
         self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
         max_image_pixels: int | None | Literal["environment"] = "environment",
+        storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None, remote_options: RemoteOptions | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
                                  else max_image_pixels)
+        self.remote: RemoteFile | None = None
         with error_context(path=self.path):
-            self._open(custom_fields)
+            if is_url(self.path):
+                options = resolve_remote_options(remote_options, storage_options=storage_options,
+                                                 cache_dir=cache_dir, cache_limit=cache_limit)
+                self._open_remote(custom_fields, options)
+            else:
+                self._open(custom_fields)
 
     def _open(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         try:
@@ -103,6 +118,32 @@ class Reader:
                               f"but {problem}")
         else:
             _read_header(self._map)  # raises: not a beton file
+
+    def _open_remote(self, custom_fields: Mapping[str, type[Field]] | None, options: RemoteOptions) -> None:
+        """A URL: the validation of a local file, on bytes fetched by range. A header or table whose checksum does
+        not match is fetched again (a byte damaged on the way), within the retry budget."""
+        self.remote = RemoteFile(self.path, options)
+        self._memmap = None
+        try:
+            for attempt in range(options.retries + 1):
+                self._map = self.remote.structure()
+                magic = bytes(self._map[: len(fmt.MAGIC)])
+                if magic != fmt.MAGIC:
+                    raise FormatError(f"not a beton file: magic is {magic!r}, expected {fmt.MAGIC!r} (FFCV files, "
+                                      "which carry no checksums, are read from local paths only)")
+                try:
+                    self._open_beton(custom_fields)
+                    break
+                except CorruptDataError as error:
+                    if attempt == options.retries:
+                        locate(error, note=f"(fetched {attempt + 1} times from {self.path})")
+                        raise
+                    self.remote.fetcher.pause(attempt)
+            self.remote.attach_pages(self.heap_offset, self.heap_size, self.page_size, self.page_checksums,
+                                     bytes(self._map[: fmt.HEADER_SIZE]))
+        except BaseException:
+            self.remote.close()
+            raise
 
     def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         self.format = f"beton v{fmt.FORMAT_VERSION}"
@@ -228,7 +269,8 @@ class Reader:
 
     @property
     def file_map(self) -> np.ndarray:
-        """The whole file as a read-only uint8 memory map."""
+        """The whole file as a read-only uint8 memory map (for a URL, a :class:`~beton.storage.remote.RemoteBytes`
+        that slices the same way)."""
         return self._map
 
     def close(self) -> None:
@@ -240,6 +282,8 @@ class Reader:
         """
         self._map = self._memmap = None
         self.data_table = self.allocation_table = self.page_checksums = None
+        if self.remote is not None:
+            self.remote.close()
 
     def __enter__(self) -> Reader:
         return self

@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import zlib
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from beton.errors import CorruptDataError, error_context, locate
 from beton.fields.base import Field
 from beton.storage.reader import Reader
+from beton.storage.remote import RemoteOptions
 
 __all__ = ["verify", "VerifyReport"]
 
@@ -26,17 +29,25 @@ class VerifyReport:
     checksummed: bool = True  # False for FFCV files: only their structure could be checked
 
 
-def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None) -> VerifyReport:
+def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None, *,
+           storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None,
+           cache_limit: int | None = None, remote_options: RemoteOptions | None = None) -> VerifyReport:
     """Check the header, every table and every page of a file against their stored CRC32.
+
+    ``path`` may be a URL (the other arguments as for :class:`~beton.Reader`): every page is fetched and checked.
 
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
     opening, or for a record its field cannot read, such as an array payload of the wrong size) or
     :class:`~beton.errors.CorruptDataError` naming the first bad page and the first sample with a payload on it.
     """
-    with Reader(path, custom_fields=custom_fields) as reader, error_context(path=reader.path):
+    remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_limit": cache_limit,
+              "remote_options": remote_options}
+    with Reader(path, custom_fields=custom_fields, **remote) as reader, error_context(path=reader.path):
         reader.check_payloads()  # checksums prove nothing against whoever can recompute them
         if not reader.checksummed:
             return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False)
+        if reader.remote is not None:  # fetch ahead, several pages at once, while the pages are checked in order
+            reader.remote.pages.will_read(np.arange(reader.num_pages))
         for page in range(reader.num_pages):
             start, end = reader.page_bounds(page)
             if zlib.crc32(reader.file_map[start:end]) != int(reader.page_checksums[page]):

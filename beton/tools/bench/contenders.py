@@ -7,7 +7,7 @@ import dataclasses
 import importlib.util
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import cv2
@@ -60,9 +60,9 @@ def beton_images(path: str, task: ImageTask, os_cache: bool = True,
                   pipelines={"image": image, "label": [IntDecoder(), ToTensor()]}, **options)
 
 
-def write_beton_images(jpegs: list[bytes], path: str) -> str:
+def write_beton_images(jpegs: list[bytes], path: str, **options: Any) -> str:
     DatasetWriter(path, {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, num_workers=WORKERS,
-                  progress=False).from_indexed_dataset(JpegDataset(jpegs))
+                  progress=False, **options).from_indexed_dataset(JpegDataset(jpegs))
     return path
 
 
@@ -187,8 +187,10 @@ class _DALIEpochs:
             yield output[0]["image"], output[0]["label"]
 
 
-def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str) -> Iterable | str:
-    """WebDataset: tar shards of .jpg + .cls, decoded and cropped like the torch contender, 2 workers."""
+def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str,
+                      shard_url: Callable[[str], str] | None = None) -> Iterable | str:
+    """WebDataset: tar shards of .jpg + .cls, decoded and cropped like the torch contender, 2 workers.
+    ``shard_url`` maps each shard's path to the URL it is streamed from (by default the path is read)."""
     try:
         import webdataset as wds
     except ImportError:
@@ -206,6 +208,8 @@ def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str) -> It
     def decode(sample):
         return crop.from_bytes(sample["jpg"]), int(sample["cls"])
 
+    if shard_url is not None:
+        shards = [shard_url(path) for path in shards]
     dataset = wds.WebDataset(shards, shardshuffle=len(shards) if task.train else False, empty_check=False)
     dataset = dataset.map(decode)
     if task.train:
