@@ -70,9 +70,10 @@ def main() -> int:
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         path = os.path.join(temporary, "shapes.beton")
-        beton.DatasetWriter(path, {"image": RGBImageField(write_mode="jpg", jpeg_quality=95),
-                                   "boxes": RaggedArrayField(np.float32, (None, 5))},
-                            num_workers=1, progress=False).from_indexed_dataset([scene(i) for i in range(arguments.images)])
+        fields = {"image": RGBImageField(write_mode="jpg", jpeg_quality=95),
+                  "boxes": RaggedArrayField(np.float32, (None, 5))}
+        beton.DatasetWriter(path, fields, num_workers=1, progress=False).from_indexed_dataset(
+            [scene(i) for i in range(arguments.images)])
         crop = RandomResizedCropRGBImageDecoder((OUTPUT, OUTPUT), scale=(0.3, 1.0))
         flip = RandomHorizontalFlip()
         pipelines = {"image": [crop, flip, ToTensor()],

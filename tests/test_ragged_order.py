@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import beton
 from beton import Loader, OrderOption
 from beton.decoders import RaggedDecoder
 from beton.errors import PipelineError

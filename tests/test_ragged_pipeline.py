@@ -168,7 +168,8 @@ def test_pad_to_longest_pack_and_pack_rows_match_numpy(tmp_path_factory, lengths
     count = -(-len(flat) // row_length)
     padded_flat = np.concatenate([flat, np.full((count * row_length - len(flat), 3), 9.0, np.float32)])
     np.testing.assert_array_equal(rows.values, padded_flat.reshape(count, row_length, 3))
-    assert rows.lengths.tolist() == [row_length] * (count - 1) + ([len(flat) - (count - 1) * row_length] if count else [])
+    last = [len(flat) - (count - 1) * row_length] if count else []
+    assert rows.lengths.tolist() == [row_length] * (count - 1) + last
 
 
 def test_kept_batches_stay_valid_after_the_rows_move_within_the_slot(ragged_file):

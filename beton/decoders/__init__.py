@@ -22,4 +22,5 @@ from beton.decoders.ragged import RaggedDecoder
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
 
 __all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder",
-           "RaggedDecoder", "BoxesDecoder", "SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder"]
+           "RaggedDecoder", "BoxesDecoder", "SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder",
+           "CenterCropRGBImageDecoder"]

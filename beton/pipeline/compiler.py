@@ -198,8 +198,10 @@ def place_steps(
         except PipelineError as error:
             raise PipelineError(f"pipeline {name!r}[{position}]: {error}") from None
         placed = _buffers_for(operation, state, next_state, current, buffers)
-        steps.append(Step(output, position, operation, state, next_state, placed[0], current[0], placed[1],
-                          current[1], (followed or {}).get((output, position), ())))
+        steps.append(Step(output=output, position=position, operation=operation, input_state=state,
+                          output_state=next_state, buffer=placed[0], input_buffer=current[0],
+                          lengths_buffer=placed[1], input_lengths_buffer=current[1],
+                          key_sources=(followed or {}).get((output, position), ())))
         state, current = next_state, placed
     return steps
 

@@ -40,7 +40,8 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
         if stage.kind == "jit":
             _run_jit(stage, plan, kernel_arguments, buffers, job, values)
             for step in stage.steps:
-                values[step.output], in_buffer[step.output] = _slot_value(buffers, step.buffer, step.lengths_buffer), True
+                values[step.output] = _slot_value(buffers, step.buffer, step.lengths_buffer)
+                in_buffer[step.output] = True
             continue
         (step,) = stage.steps
         current = _first(values[step.output], count) if in_buffer[step.output] else values[step.output]
