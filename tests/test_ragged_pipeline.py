@@ -222,6 +222,24 @@ def test_torch_operations_take_both_parts(ragged_file):
     assert batch.dtype == torch.float64 and batch.tolist() == want
 
 
+def test_callables_receive_packed_batches_and_may_return_tensors_or_padded_batches(ragged_file):
+    def per_sample_sums(packed):
+        return torch.segment_reduce(packed.values.double(), "sum", offsets=packed.offsets.long())
+
+    def doubled(padded):
+        return Padded(padded.values * 2, padded.lengths)
+
+    (sums, _), = load(ragged_file, {"frames": None, "blob": None,
+                                    "tokens": [RaggedDecoder(8), Pack(), ToTensor(), per_sample_sums]}, batch_size=20)
+    with Loader(ragged_file, batch_size=20, num_workers=1,
+                pipelines={"frames": None, "blob": None, "tokens": [RaggedDecoder(8), ToTensor(), doubled]}) as loader:
+        assert loader.plan.final_states[0].layout == "padded"
+        (twice, _), = list(loader)
+    want = [float(tokens(i, n)[:8].sum()) for i, n in enumerate(LENGTHS)]
+    assert sums.tolist() == want
+    assert (twice.values.sum(1) == 2 * torch.tensor(want, dtype=torch.int64)).all()
+
+
 def test_padded_mask_marks_the_data():
     padded = Padded(np.zeros((3, 4)), np.array([0, 2, 4]))
     assert padded.mask().tolist() == [[False] * 4, [True, True, False, False], [True] * 4]
