@@ -22,8 +22,10 @@ settings.register_profile(
 settings.load_profile("beton")
 
 
-#: Orders that apply to any file (BALANCED needs an RGBImageField: see test_balanced.py).
-ANY_FILE_ORDERS = [order for order in beton.OrderOption if order is not beton.OrderOption.BALANCED]
+#: Orders that apply to any file (BALANCED needs an RGBImageField: see test_balanced.py; BUCKETED a field with
+#: lengths: see test_ragged_order.py).
+ANY_FILE_ORDERS = [order for order in beton.OrderOption
+                   if order not in (beton.OrderOption.BALANCED, beton.OrderOption.BUCKETED)]
 
 
 class ListDataset:

@@ -7,7 +7,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, TorchTensorField
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField, TorchTensorField
 from beton.fields.ndarray import TORCH_DTYPES
 
 #: numpy dtypes NDArrayField round-trips; tests are parametrised from this table.
@@ -42,6 +42,19 @@ def torch_fields(draw):
     return TorchTensorField(getattr(torch, name), shape), hnp.arrays(storage, shape).map(to_tensor)
 
 
+#: Row shapes of ragged arrays: scalars (tokens, audio) and small fixed rows (boxes, frames of features).
+row_shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=4)
+
+
+@st.composite
+def ragged_fields(draw, max_length: int = 6):
+    """A RaggedArrayField of any dtype NDArrayField stores, with values of 0..max_length rows."""
+    dtype = np.dtype(draw(st.sampled_from(NDARRAY_DTYPES)))
+    row = draw(row_shapes)
+    values = st.integers(0, max_length).flatmap(lambda length: hnp.arrays(dtype, (length, *row)))
+    return RaggedArrayField(dtype, (None, *row)), values
+
+
 def bytes_fields(max_size: int):
     return st.just((BytesField(), st.binary(max_size=max_size)))
 
@@ -52,6 +65,7 @@ field_and_values = st.one_of(
     st.just((FloatField(), st.floats(allow_nan=False) | st.integers(-(2**53), 2**53))),
     ndarray_fields(),
     torch_fields(),
+    ragged_fields(),
     bytes_fields(3000),
     st.just((JSONField(), json_values)),
 )

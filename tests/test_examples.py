@@ -65,3 +65,26 @@ def test_a_loader_as_a_torch_iterable_dataset(image_file):
         in_workers = torch.utils.data.DataLoader(BatchDataset(loader), batch_size=None, num_workers=1)
         with pytest.raises(LoaderError, match="num_workers=0"):
             next(iter(in_workers))
+
+
+def test_language_model_example_trains_on_packed_rows():
+    result = run_example("language_model.py", "--quick")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = re.findall(r"step +\d+: (\d+) rows of 129", result.stdout)
+    assert rows and all(int(count) > 1 for count in rows)
+    first, final = (float(v) for v in re.search(r"loss (\d+\.\d+) -> (\d+\.\d+) nats", result.stdout).groups())
+    assert final < first - 2.0
+
+
+def test_audio_example_classifies_random_one_second_windows():
+    result = run_example("audio_clips.py", "--quick")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "last batch (32, 8000)" in result.stdout  # one-second windows, padded where clips are shorter
+    assert float(re.search(r"held-out accuracy (\d\.\d+)", result.stdout).group(1)) >= 0.9
+
+
+def test_detection_example_boxes_agree_with_the_pixels(tmp_path):
+    result = run_example("detection.py", "--images", "96", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert float(re.search(r"mean IoU (\d\.\d+)", result.stdout).group(1)) >= 0.9
+    assert (tmp_path / "detection_batch.png").stat().st_size > 10_000

@@ -17,7 +17,7 @@ def test_top_level_exports():
 def test_field_exports():
     assert sorted(beton.fields.__all__) == sorted([
         "Field", "Encoded", "EncodeContext", "UnknownField", "IntField", "FloatField", "NDArrayField",
-        "TorchTensorField", "BytesField", "JSONField", "RGBImageField", "BUILTIN_FIELDS",
+        "TorchTensorField", "RaggedArrayField", "BytesField", "JSONField", "RGBImageField", "BUILTIN_FIELDS",
         "register", "unregister", "registered_fields",
     ])
 

@@ -31,8 +31,9 @@ from beton.storage import format as fmt
 from beton.storage.file_builder import header_bytes
 from beton.tools.cli import describe
 from beton.errors import BetonError, DecodeError, FormatError
-from beton.fields import Encoded, Field, IntField, JSONField, NDArrayField, RGBImageField, TorchTensorField
-from beton.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RandomResizedCropRGBImageDecoder,
+from beton.fields import (Encoded, Field, IntField, JSONField, NDArrayField, RaggedArrayField, RGBImageField,
+                          TorchTensorField)
+from beton.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RaggedDecoder, RandomResizedCropRGBImageDecoder,
                                    SimpleRGBImageDecoder)
 from beton.transforms import ToTensor
 
@@ -631,3 +632,49 @@ def test_describe_works_on_every_valid_kind(files):
             for index in range(len(reader)):
                 reader[index]
         beton.verify(path)
+
+
+# ---- ragged arrays: stored lengths against payload sizes ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ragged_file(tmp_path_factory):
+    values = [np.arange(n, dtype=np.float32).reshape(-1, 2) for n in (4, 0, 6, 2)]
+    return write(tmp_path_factory.mktemp("valid") / "r.beton", {"r": RaggedArrayField(np.float32, (None, 2))},
+                 [(v,) for v in values], page_size=4096)
+
+
+@pytest.mark.parametrize("length, words", [
+    (-1, "negative"), (4, "does not match"), (2, "does not match"), (2**62, "does not match"),
+    (2**63 - 1, "does not match"),
+])
+def test_stored_lengths_that_do_not_match_the_payload_are_refused_on_open(ragged_file, tmp_path, length, words):
+    forged = Forged(ragged_file)
+    forged.data["r"]["length"][2] = length  # sample 2 holds 3 rows of 8 bytes
+    path = forged.save(tmp_path / "forged.beton")
+    with pytest.raises(FormatError, match=words) as caught:
+        beton.Reader(path)
+    assert caught.value.sample == 2 and caught.value.field == "r"
+    with pytest.raises(FormatError):
+        Loader(path, batch_size=2, pipelines={"r": [RaggedDecoder(4)]})
+
+
+def test_a_length_against_a_forged_payload_size_is_refused_too(ragged_file, tmp_path):
+    forged = Forged(ragged_file)
+    forged.allocations[0, 0]["size"] = 8  # sample 0: 2 rows stored, the data table says 2... of 8 bytes each
+    path = forged.save(tmp_path / "forged.beton")
+    with pytest.raises(FormatError, match="does not match"):
+        beton.Reader(path)
+
+
+def test_stored_rows_larger_than_the_file_are_refused(ragged_file, tmp_path):
+    forged = Forged(ragged_file)
+    record = forged.records[0]
+    start, size = int(record["arguments"]["offset"]), int(record["arguments"]["size"])
+    text = bytes(forged.strings[start : start + size]).decode()
+    assert "[null, 2]" in text
+    offset, length = forged.add_string(text.replace("[null, 2]", "[null, 9999999999]"))
+    forged.records[0]["arguments"]["offset"], forged.records[0]["arguments"]["size"] = offset, length
+    path = forged.save(tmp_path / "forged.beton")
+    with pytest.raises(FormatError, match="rows of"):
+        beton.Reader(path)

@@ -14,7 +14,8 @@ import numpy as np
 
 from beton import _json
 from beton.decoders.field_check import require_field
-from beton.errors import error_context
+from beton.decoders.ragged import WINDOWS, check_max_length, check_window, fill_padded, pad_row, window_start
+from beton.errors import DecodeError, error_context
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, State
 
@@ -87,15 +88,52 @@ class TorchTensorDecoder(JitOperation):
         return _copy_payload_kernel
 
 
+@numba.njit(nogil=True, cache=True)
+def _padded_bytes_kernel(src, dst, i, sample, key, args):
+    capacity, pad, window = args
+    length = np.int64(src[3][i])  # a byte string's length is its payload's size
+    take = min(length, capacity)
+    start = window_start(key, sample, length, take, window)
+    fill_padded(dst[0][i], src[1], np.int64(src[2][i]), length, length, start, take, 1, pad, pad[0] == 0)
+    dst[1][i] = take
+
+
 @dataclasses.dataclass(frozen=True)
 class BytesDecoder(BatchOperation):
-    """BytesField -> a list of ``bytes`` per batch, each of its exact stored length."""
+    """BytesField -> a list of ``bytes`` per batch, each of its exact stored length; or, with ``max_length``, a
+    Padded uint8 batch for torch: ``(batch, max_length)`` bytes and ``(batch,)`` lengths, compiled.
+
+    With ``max_length``, longer byte strings keep ``max_length`` bytes (``window`` "start", "center" or "random",
+    as :class:`~beton.decoders.RaggedDecoder`) and shorter ones are padded with ``pad_value`` (0..255).
+    """
+
+    max_length: int | None = None
+    pad_value: int = 0
+    window: str = "start"
 
     is_decoder = True
 
+    def __post_init__(self) -> None:
+        if self.max_length is not None:
+            check_max_length(self, self.max_length)
+        check_window(self, self.window)
+
+    def stage_kind(self, previous: Any) -> str | None:
+        return None if self.max_length is None else "jit"
+
     def output_state(self, previous: Any) -> State:
         require_field(self, previous, "beton.fields.bytes.BytesField")
-        return State((), object, kind="python")
+        if self.max_length is None:
+            return State((), object, kind="python")
+        pad_row(self.pad_value, np.dtype(np.uint8), (), self)
+        return State((self.max_length,), np.dtype(np.uint8), layout="padded")
+
+    def kernel(self) -> Any:
+        return _padded_bytes_kernel
+
+    def kernel_arguments(self, previous: Any) -> tuple:
+        return np.int64(self.max_length), pad_row(self.pad_value, np.dtype(np.uint8), (), self), \
+            np.int64(WINDOWS[self.window])
 
     def apply(self, batch: Source, context: BatchContext) -> list[bytes]:
         return [batch.memory[o : o + s].tobytes() for o, s in zip(batch.offsets.tolist(), batch.sizes.tolist())]

@@ -1,7 +1,9 @@
-"""Where to crop: torchvision's RandomResizedCrop algorithm and FFCV-style center crops, compiled.
+"""Where to crop and whether to flip: torchvision's RandomResizedCrop algorithm, FFCV-style center crops and the
+flips' draw, compiled.
 
-Both return (top, left, height, width) in pixels of the stored image. The random one draws from the
-counter-based generator (:mod:`beton.random`), so a crop depends only on (key, sample).
+The crops return (top, left, height, width) in pixels of the stored image. Random decisions draw from the
+counter-based generator (:mod:`beton.random`), so they depend only on (key, sample): the image operations and
+the boxes that follow them (:mod:`beton.decoders.boxes`) make them here, to make the same ones.
 
 They keep the GIL (no ``nogil``): the decoders' worker threads call them from Python for a microsecond, and
 letting go of the GIL for that long only hands it to the other worker, to be waited for on the way back.
@@ -15,7 +17,7 @@ import numba
 
 from beton.random import uniform
 
-__all__ = ["random_resized_crop", "center_crop"]
+__all__ = ["random_resized_crop", "center_crop", "flips"]
 
 _ATTEMPTS = 10
 
@@ -52,3 +54,9 @@ def center_crop(height, width, ratio):
     """A centered square of side ``ratio * min(height, width)`` (at least one pixel)."""
     side = max(1, int(ratio * min(height, width)))
     return (height - side) // 2, (width - side) // 2, side, side
+
+
+@numba.njit(nogil=True, cache=True)
+def flips(key, sample, probability):
+    """Whether a random flip of ``probability`` mirrors ``sample`` (draw 0 of the flip's key)."""
+    return uniform(key, sample, 0) < probability

@@ -3,6 +3,7 @@
 from beton.fields.base import Encoded, EncodeContext, Field, UnknownField
 from beton.fields.bytes import BytesField, JSONField
 from beton.fields.ndarray import NDArrayField, TorchTensorField
+from beton.fields.ragged import RaggedArrayField
 from beton.fields.rgb_image import RGBImageField
 from beton.fields.registry import register, registered_fields, unregister
 from beton.fields.scalar import FloatField, IntField
@@ -16,6 +17,7 @@ __all__ = [
     "FloatField",
     "NDArrayField",
     "TorchTensorField",
+    "RaggedArrayField",
     "BytesField",
     "JSONField",
     "RGBImageField",
@@ -28,5 +30,6 @@ __all__ = [
 #: Stored type name -> class, for the fields beton ships.
 BUILTIN_FIELDS: dict[str, type[Field]] = {
     cls.type_name: cls
-    for cls in (IntField, FloatField, NDArrayField, TorchTensorField, BytesField, JSONField, RGBImageField)
+    for cls in (IntField, FloatField, NDArrayField, TorchTensorField, RaggedArrayField, BytesField, JSONField,
+                RGBImageField)
 }

@@ -140,6 +140,11 @@ class Field(abc.ABC):
         """
         return None
 
+    def lengths(self, records: np.ndarray, sizes: np.ndarray | None) -> np.ndarray | None:
+        """Each sample's length (rows of a ragged array, bytes of a byte string) from its stored record and
+        payload size, for length-aware orders and statistics; None for fields without one."""
+        return None
+
     # Reading: what a field decodes to when the user gives no pipeline for it.
 
     def default_pipeline(self) -> list[Operation]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any
 
 import numpy as np
@@ -22,20 +23,37 @@ __all__ = ["BytesField", "JSONField", "BytesDecoder", "JSONDecoder"]
 class BytesField(Field):
     """A byte string of any length per sample, read back with its exact length (``bytes``).
 
-    Takes ``bytes``-like values and numpy arrays of any dtype and shape (their raw bytes, C order: what
-    ``array.tobytes()`` gives; read them back with ``np.frombuffer(value, dtype)``).
+    Takes ``bytes``-like values (anything with the buffer protocol: ``bytes``, ``bytearray``, ``memoryview``,
+    ``array.array``), numpy arrays and CPU torch tensors of any dtype and shape: their raw bytes, C order (what
+    ``array.tobytes()`` gives; read them back with ``np.frombuffer(value, dtype)``, or store them in a
+    :class:`~beton.fields.RaggedArrayField`, which keeps dtype and row shape). Text must be encoded first.
+
+    In a Loader, ``BytesDecoder()`` gives a list of ``bytes`` per batch; ``BytesDecoder(max_length=n)`` gives a
+    padded uint8 batch with lengths, for torch (see :class:`beton.decoders.BytesDecoder`).
     """
 
     type_name = "beton.BytesField"
     has_payload = True
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return Encoded(payload=bytes(value))
-        if isinstance(value, np.ndarray) and value.dtype != object:
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise EncodeError("expected bytes or an array of numbers, got a numpy array of Python objects")
             return Encoded(payload=value.tobytes())
-        raise EncodeError(f"expected bytes or a numpy array, got {type(value).__name__}"
-                          + (" of Python objects" if isinstance(value, np.ndarray) else ""))
+        torch = sys.modules.get("torch")  # a value can only be a tensor if torch is imported already
+        if torch is not None and isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                raise EncodeError(f"expected a CPU tensor, got one on {value.device} (call .cpu() first)")
+            return Encoded(payload=value.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        if isinstance(value, str):
+            raise EncodeError("expected bytes, got str: encode text first (value.encode('utf-8')), or use JSONField")
+        try:
+            return Encoded(payload=memoryview(value).tobytes())  # C order, also for non-contiguous buffers
+        except TypeError:
+            raise EncodeError(f"expected bytes, a buffer or an array, got {type(value).__name__}") from None
+
+    def lengths(self, records: np.ndarray, sizes: np.ndarray | None) -> np.ndarray | None:
+        return None if sizes is None else np.asarray(sizes, dtype=np.int64)
 
     def default_pipeline(self) -> list[Operation]:
         return [BytesDecoder()]

@@ -38,7 +38,21 @@ TORCH_DTYPES: dict[str, str] = {
 }
 
 
-def _normalise_shape(shape: Sequence[int]) -> tuple[int, ...]:
+def array_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype an array field stores (a list is a structured dtype's stored description)."""
+    try:
+        resolved = dtype_from_descr(dtype) if isinstance(dtype, list) else np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise FieldError(f"not a numpy dtype: {dtype!r}") from None
+    if resolved.hasobject or resolved.itemsize == 0:
+        raise FieldError(f"dtype {resolved} cannot be stored as raw bytes")
+    return resolved
+
+
+def _normalise_shape(shape: Sequence[int], field: str = "NDArrayField") -> tuple[int, ...]:
+    if isinstance(shape, Sequence) and len(shape) and (shape[0] is None or shape[0] == -1):
+        raise FieldError(f"{field} stores one fixed shape per sample; for samples whose first dimension varies "
+                         f"(tokens, audio, boxes) use RaggedArrayField(dtype, {tuple(shape)!r}) from beton.fields")
     try:
         dims = tuple(int(dim) for dim in shape)
     except TypeError:
@@ -87,13 +101,7 @@ class NDArrayField(Field):
     has_payload = True
 
     def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
-        try:
-            resolved = dtype_from_descr(dtype) if isinstance(dtype, list) else np.dtype(dtype)
-        except (TypeError, ValueError):
-            raise FieldError(f"not a numpy dtype: {dtype!r}") from None
-        if resolved.hasobject or resolved.itemsize == 0:
-            raise FieldError(f"dtype {resolved} cannot be stored as raw bytes")
-        object.__setattr__(self, "dtype", resolved)
+        object.__setattr__(self, "dtype", array_dtype(dtype))
         object.__setattr__(self, "shape", _normalise_shape(shape))
 
     @property
@@ -144,7 +152,7 @@ class TorchTensorField(Field):
         if name not in TORCH_DTYPES:
             raise FieldError(f"unsupported torch dtype {dtype!r}; supported: {', '.join(TORCH_DTYPES)}")
         object.__setattr__(self, "dtype", name)
-        object.__setattr__(self, "shape", _normalise_shape(shape))
+        object.__setattr__(self, "shape", _normalise_shape(shape, "TorchTensorField"))
 
     @property
     def storage_dtype(self) -> np.dtype:

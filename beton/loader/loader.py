@@ -29,6 +29,7 @@ from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.pipeline.executor import BatchJob, run_batch, warm_up
 from beton.pipeline.operation import Scratch
+from beton.pipeline.ragged import map_parts
 from beton.random import operation_key
 from beton.loader.pipelines import resolve_pipelines
 from beton.threading_layer import ensure_thread_safe_layer
@@ -164,7 +165,8 @@ class Loader:
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
         self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window, order_kwargs or {})
-        self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader))
+        self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader),
+                                           _sample_lengths(self.reader), self.world_size, drop_last)
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
         # while asking for the next (see beton.loader.epoch).
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 2
@@ -346,11 +348,10 @@ class Loader:
 
     def _finish(self, outputs: tuple) -> tuple:
         if self.pin_memory:
-            return tuple(value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu"
-                         else value for value in outputs)
+            return tuple(map_parts(_pinned, value) for value in outputs)  # both parts of Padded/Packed batches
         if not self.copy:
             return outputs
-        return tuple(_copy(value) for value in outputs)
+        return tuple(map_parts(_copy, value) for value in outputs)
 
     # ---- resume -------------------------------------------------------------------------------------------
 
@@ -483,6 +484,10 @@ def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
     return 0
 
 
+def _pinned(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+
+
 def _copy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.clone()
@@ -553,6 +558,18 @@ def _image_modes(reader: Reader) -> dict[str, np.ndarray]:
     # copies: the orders read them every epoch, and the memory layer never reads the file's map after opening
     return {name: np.array(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
             if isinstance(field, RGBImageField)}
+
+
+def _sample_lengths(reader: Reader) -> dict[str, np.ndarray]:
+    """Per field with lengths (ragged arrays, byte strings), each sample's length: copies, as _image_modes."""
+    lengths = {}
+    for name, field in reader.fields.items():
+        column = reader.descriptors[name].payload_column
+        sizes = reader.allocation_table[:, column]["size"] if column >= 0 else None
+        found = field.lengths(reader.data_table[name], sizes)
+        if found is not None:
+            lengths[name] = np.array(found, dtype=np.int64)
+    return lengths
 
 
 def _sample_pages(reader: Reader) -> np.ndarray:

@@ -18,12 +18,17 @@ __all__ = ["Order", "OrderContext", "shard"]
 
 @dataclasses.dataclass(frozen=True)
 class OrderContext:
-    """What an order may know about the file: each sample's heap page and stored image modes, the batch size."""
+    """What an order may know about the file and the job: each sample's heap page, stored image modes and
+    lengths, the batch size, and how :func:`shard` will split the order (world size, drop_last)."""
 
     sample_pages: np.ndarray  # int64, page of each sample's first payload (see Loader)
     batch_size: int
     #: per image field, each sample's stored mode (beton.fields.rgb_image.IMAGE_MODES: 0 raw, 1 JPEG, ...)
     image_modes: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    #: per field that has lengths (Field.lengths: rows of ragged arrays, bytes of byte strings), int64 per sample
+    lengths: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    world_size: int = 1
+    drop_last: bool = False
 
 
 class Order(abc.ABC):

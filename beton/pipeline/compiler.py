@@ -37,7 +37,8 @@ from beton.pipeline.operation import (
     State,
 )
 
-__all__ = ["Step", "Stage", "Plan", "build_plan", "default_cache_dir", "make_stage_source", "Compiler"]
+__all__ = ["Step", "Stage", "Plan", "build_plan", "resolve_follows", "default_cache_dir", "make_stage_source",
+           "Compiler"]
 
 StageKind = Literal["jit", "sample", "batch"]
 _STAGE_MODULE_PREFIX = "beton_stage_"
@@ -55,6 +56,10 @@ class Step:
     output_state: State
     buffer: int | None  # index into Plan.buffers; None for operations whose result is not a preallocated array
     input_buffer: int | None  # the buffer holding this step's input, None for the source or a Python value
+    lengths_buffer: int | None = None  # padded output: the buffer of the samples' lengths
+    input_lengths_buffer: int | None = None  # padded input: the buffer of its lengths
+    #: (output, position) of the steps whose random keys this one receives (Operation.follows); () for its own
+    key_sources: tuple[tuple[int, int], ...] = ()
 
 
 def stage_kind(operation: Operation, previous: State | SourceState) -> StageKind:
@@ -119,8 +124,13 @@ def build_plan(
     """
     buffers: list[BufferSpec] = []
     metadata = metadata or {}
-    steps = [place_steps(index, name, SourceState(field, field_name, metadata.get(field_name)), operations, buffers)
-             for index, (name, field_name, field, operations) in enumerate(outputs)]
+    followed = resolve_follows(outputs)
+    sources = [SourceState(field, field_name, metadata.get(field_name),
+                           tuple(SourceState(outputs[o][2], outputs[o][1], metadata.get(outputs[o][1]))
+                                 for o, _ in followed.get((index, 0), ())))
+               for index, (_, field_name, field, _) in enumerate(outputs)]
+    steps = [place_steps(index, name, sources[index], operations, buffers, followed)
+             for index, (name, _, _, operations) in enumerate(outputs)]
     stages = [
         compile_stage(group, cache_dir) if group[0].kind == "jit" else Stage(group[0].kind, tuple(group))
         for group in group_stages(steps, fuse)
@@ -134,38 +144,80 @@ def build_plan(
     )
 
 
+def resolve_follows(
+    outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]],
+) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """(output, position) -> (output, position) of each operation it follows (:meth:`Operation.follows`).
+
+    Operations are found by identity: the follower names the very instances placed in the other pipelines."""
+    places: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for output, (_, _, _, operations) in enumerate(outputs):
+        for position, operation in enumerate(operations):
+            places[id(operation)].append((output, position))
+    resolved = {}
+    for output, (name, _, _, operations) in enumerate(outputs):
+        for position, operation in enumerate(operations):
+            follows = operation.follows() if isinstance(operation, Operation) else ()
+            if not follows:
+                continue
+            sources = []
+            for leader in follows:
+                found = places.get(id(leader), [])
+                if len(found) != 1:
+                    where = "no pipeline of this loader holds it" if not found else \
+                        f"it sits in {len(found)} places: {[outputs[o][0] + f'[{p}]' for o, p in found]}"
+                    raise PipelineError(f"pipeline {name!r}[{position}]: {operation!r} follows {leader!r}, but "
+                                        f"{where}; give it the instance placed in exactly one pipeline")
+                sources.append(found[0])
+            resolved[output, position] = tuple(sources)
+    return resolved
+
+
 def place_steps(
     output: int, name: str, source: SourceState, operations: Sequence[Operation], buffers: list[BufferSpec],
+    followed: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None,
 ) -> list[Step]:
     if not operations or not (operations[0].is_decoder or operations[0].decodes_when_first):
         raise PipelineError(f"pipeline {name!r} must start with a decoder for field {source.field_name!r}")
     state: State | SourceState = source
-    current_buffer: int | None = None
+    current: tuple[int | None, int | None] = (None, None)
     steps = []
     for position, operation in enumerate(operations):
         if not isinstance(operation, Operation):
             raise PipelineError(f"pipeline {name!r}[{position}]: {operation!r} is not an Operation")
         if position and operation.is_decoder:
             raise PipelineError(f"pipeline {name!r}[{position}]: decoder {operation!r} must come first")
+        if isinstance(state, State) and state.layout not in operation.layouts:
+            raise PipelineError(f"pipeline {name!r}[{position}]: {operation!r} takes "
+                                f"{' or '.join(sorted(operation.layouts))} batches, got {state.describe()}")
         try:
             next_state = operation.output_state(state)
         except PipelineError as error:
             raise PipelineError(f"pipeline {name!r}[{position}]: {error}") from None
         kind = stage_kind(operation, state)
-        buffer = _buffer_for(operation, kind, state, next_state, current_buffer, buffers)
-        steps.append(Step(output, position, operation, kind, state, next_state, buffer, current_buffer))
-        state, current_buffer = next_state, buffer
+        placed = _buffers_for(operation, kind, next_state, current, buffers, state)
+        steps.append(Step(output=output, position=position, operation=operation, kind=kind, input_state=state,
+                          output_state=next_state, buffer=placed[0], input_buffer=current[0],
+                          lengths_buffer=placed[1], input_lengths_buffer=current[1],
+                          key_sources=(followed or {}).get((output, position), ())))
+        state, current = next_state, placed
     return steps
 
 
-def _buffer_for(operation: Operation, kind: StageKind, previous: Any, state: State, current: int | None,
-                buffers: list[BufferSpec]) -> int | None:
+def _buffers_for(operation: Operation, kind: StageKind, state: State, current: tuple[int | None, int | None],
+                 buffers: list[BufferSpec], previous: Any) -> tuple[int | None, int | None]:
+    """(values buffer, lengths buffer) of the step's output; lengths only for padded batches."""
     if kind == "batch" or state.kind != "numpy":
-        return None  # batch operations return their result; it is not preallocated
-    if current is not None and operation.in_place(previous):
+        return None, None  # batch operations return their result; it is not preallocated
+    if current[0] is not None and operation.in_place(previous):
         return current
     buffers.append(BufferSpec(tuple(state.shape), np.dtype(state.dtype)))
-    return len(buffers) - 1
+    if state.layout == "dense":
+        return len(buffers) - 1, None
+    if state.layout != "padded":
+        raise PipelineError(f"{operation!r}: a per-sample operation cannot output a {state.layout} batch")
+    buffers.append(BufferSpec((), np.dtype(np.int64)))
+    return len(buffers) - 2, len(buffers) - 1
 
 
 def group_stages(steps_per_output: Sequence[Sequence[Step]], fuse: bool = True) -> list[list[Step]]:

@@ -11,8 +11,9 @@ import numpy as np
 from beton.errors import BetonError, add_note
 from beton.pipeline.compiler import Plan, Stage, Step
 from beton.pipeline.operation import BatchContext, Source
+from beton.pipeline.ragged import Padded, map_parts
 
-__all__ = ["BatchJob", "run_batch", "warm_up"]
+__all__ = ["BatchJob", "run_batch", "warm_up", "step_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,22 +40,47 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
         if stage.kind == "jit":
             _run_jit(stage, plan, kernel_arguments, buffers, job, values)
             for step in stage.steps:
-                values[step.output], in_buffer[step.output] = buffers[step.buffer], True
+                values[step.output] = _slot_value(buffers, step.buffer, step.lengths_buffer)
+                in_buffer[step.output] = True
             continue
         (step,) = stage.steps
-        current = values[step.output][:count] if in_buffer[step.output] else values[step.output]
-        context = BatchContext(job.samples, job.epoch, job.keys[step.output, step.position], job.index, job.seed,
+        current = _first(values[step.output], count) if in_buffer[step.output] else values[step.output]
+        context = BatchContext(job.samples, job.epoch, step_key(step, job.keys), job.index, job.seed,
                                job.scratch, job.fidelity)
         with _locate(plan, step, job, None):
             if stage.kind == "sample":
-                destination = buffers[step.buffer]
+                destination = _slot_value(buffers, step.buffer, step.lengths_buffer)
                 for i in range(count):
                     with _locate(plan, step, job, i):
                         step.operation.apply(current, destination, i, int(job.samples[i]), context)
                 values[step.output], in_buffer[step.output] = destination, True
             else:
                 values[step.output], in_buffer[step.output] = step.operation.apply(current, context), False
-    return tuple(value[:count] if whole else value for value, whole in zip(values, in_buffer))
+    return tuple(_first(value, count) if whole else value for value, whole in zip(values, in_buffer))
+
+
+def step_key(step: Step, keys: dict[tuple[int, int], np.uint64]) -> Any:
+    """The step's random key: its own, or the keys of the operations it follows (a uint64 array)."""
+    if step.key_sources:
+        return np.array([keys[source] for source in step.key_sources], np.uint64)
+    return keys[step.output, step.position]
+
+
+def _slot_value(buffers: Sequence[np.ndarray], buffer: int, lengths: int | None) -> Any:
+    return buffers[buffer] if lengths is None else Padded(buffers[buffer], buffers[lengths])
+
+
+def _first(value: Any, count: int) -> Any:
+    """The first ``count`` samples of a whole slot buffer (or of a padded pair of them)."""
+    return map_parts(lambda part: part[:count], value)
+
+
+def _kernel_view(buffers: Sequence[np.ndarray], buffer: int, lengths: int | None) -> Any:
+    """What a kernel gets for a slot buffer: the array, or for a padded batch (values as bytes, lengths)."""
+    if lengths is None:
+        return buffers[buffer]
+    values = buffers[buffer]
+    return values.reshape(len(values), -1).view(np.uint8), buffers[lengths]
 
 
 def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob,
@@ -63,10 +89,10 @@ def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.nd
     for step in stage.steps:
         source = values[step.output]
         if step.input_buffer is not None:
-            source = buffers[step.input_buffer]
+            source = _kernel_view(buffers, step.input_buffer, step.input_lengths_buffer)
         elif isinstance(source, Source):
             source = source.as_tuple()
-        arguments += [source, buffers[step.buffer], job.keys[step.output, step.position],
+        arguments += [source, _kernel_view(buffers, step.buffer, step.lengths_buffer), step_key(step, job.keys),
                       kernel_arguments[step.output, step.position]]
     return arguments
 

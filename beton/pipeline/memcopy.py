@@ -15,7 +15,7 @@ from numba.extending import intrinsic
 
 from beton.errors import DecodeError
 
-__all__ = ["copy_bytes", "copy_array"]
+__all__ = ["copy_bytes", "copy_array", "move_bytes"]
 
 
 @intrinsic
@@ -29,6 +29,29 @@ def _memcpy(typingctx, destination, source, count):
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+@intrinsic
+def _memmove(typingctx, destination, source, count):
+    signature = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        destination_address, source_address, size = args
+        cgutils.raw_memmove(builder, builder.inttoptr(destination_address, cgutils.voidptr_t),
+                            builder.inttoptr(source_address, cgutils.voidptr_t), size, 1)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def move_bytes(memory, destination, source, count):
+    """Move ``count`` bytes within the 1-D uint8 array ``memory`` from offset ``source`` to ``destination``
+    (overlapping ranges allowed, as memmove). Raises DecodeError instead of touching bytes outside it."""
+    if count < 0 or destination < 0 or source < 0 or destination + count > memory.size \
+            or source + count > memory.size:
+        raise DecodeError("bytes to move lie outside the buffer")
+    _memmove(memory.ctypes.data + destination, memory.ctypes.data + source, count)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -17,6 +17,14 @@ There are three kinds, and the compiler treats each differently:
 
 Decoders are the first operation of a pipeline: their input State is a :class:`SourceState` naming the field,
 and their ``src`` is the field's :class:`Source` for the batch.
+
+Variable-length samples travel as a padded batch (``State.layout == "padded"``, see
+:mod:`beton.pipeline.ragged`): values with a capacity as first per-sample dimension, and each sample's length.
+A jit kernel then gets ``src``/``dst`` as the pair ``(values, lengths)``: values as raw bytes, one row of
+``capacity * row bytes`` per batch position (numba cannot read every dtype numpy can store), lengths int64.
+Python operations get a :class:`~beton.pipeline.ragged.Padded` of typed arrays. An operation takes only the
+layouts it lists in ``layouts`` (dense batches by default), so a pipeline that would hand it a padded batch is
+refused when it is built.
 """
 
 from __future__ import annotations
@@ -54,13 +62,17 @@ class State:
     dtype: Any  # np.dtype for numpy data, torch.dtype for torch data
     kind: Literal["numpy", "torch", "python"] = "numpy"
     device: str = "cpu"
+    #: "dense": one array ``(batch, *shape)``; "padded": a Padded batch, ``shape[0]`` a capacity; "packed": a
+    #: Packed batch (rows of ``shape[1:]`` end to end). See :mod:`beton.pipeline.ragged`.
+    layout: Literal["dense", "padded", "packed"] = "dense"
 
     def require(self, condition: bool, operation: Operation, expectation: str) -> None:
         if not condition:
             raise PipelineError(f"{operation!r} needs {expectation}, got {self.describe()}")
 
     def describe(self) -> str:
-        return f"{self.kind} {self.dtype} per-sample shape {self.shape} on {self.device}"
+        layout = "" if self.layout == "dense" else f"{self.layout} "
+        return f"{layout}{self.kind} {self.dtype} per-sample shape {self.shape} on {self.device}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +82,9 @@ class SourceState:
     field: Any  # beton.fields.Field
     field_name: str
     metadata: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: The sources of the pipelines holding the operations this decoder follows (:meth:`Operation.follows`),
+    #: in the same order: e.g. the image field whose crop a boxes decoder repeats.
+    followed: tuple[SourceState, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def describe(self) -> str:
         return f"stored field {self.field_name!r} ({self.field.describe()})"
@@ -155,6 +170,18 @@ class Operation(abc.ABC):
     #: True for operations that decode when they come first in a pipeline and transform elsewhere: FFCV's
     #: contract marks no decoders, the first operation of a pipeline is its decoder.
     decodes_when_first: ClassVar[bool] = False
+
+    #: The batch layouts (State.layout) this operation takes as input.
+    layouts: ClassVar[frozenset[str]] = frozenset({"dense"})
+
+    def follows(self) -> tuple[Operation, ...]:
+        """Operations of other pipelines whose random draws this one repeats (boxes that move with their image).
+
+        The very instances placed in those pipelines. This operation's kernel (or ``BatchContext.key``) then
+        receives their keys, in this order, as a uint64 array instead of a key of its own; a decoder also sees
+        their pipelines' sources in ``SourceState.followed``.
+        """
+        return ()
 
     def in_place(self, previous: State) -> bool:
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""

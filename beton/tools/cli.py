@@ -28,6 +28,7 @@ from beton._version import __version__
 from beton.errors import BetonError
 from beton.codecs.image_record import IMAGE_MODES
 from beton.codecs.jpeg_scans import fidelity_bytes
+from beton.fields.ragged import RaggedArrayField
 from beton.fields.rgb_image import WRITE_MODES, RGBImageField
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
@@ -60,6 +61,10 @@ def describe(reader: Reader) -> str:
             )
         if isinstance(reader.fields[name], RGBImageField) and reader.num_samples:
             lines += _image_summary(reader.data_table[name])
+        if isinstance(reader.fields[name], RaggedArrayField) and reader.num_samples:
+            lengths = reader.data_table[name]["length"]
+            lines.append(f"      lengths (rows): min {int(lengths.min())}, median {float(np.median(lengths)):g}, "
+                         f"99th percentile {float(np.percentile(lengths, 99)):g}, max {int(lengths.max())}")
     return "\n".join(printable(line) for line in lines)
 
 

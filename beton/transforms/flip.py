@@ -8,8 +8,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from beton.decoders.image_crops import flips
 from beton.pipeline.operation import JitOperation, State
-from beton.random import uniform
 from beton.transforms._image import require_images
 
 __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
@@ -51,7 +51,7 @@ def _mirror_row(source, target, width, channels):
 @numba.njit(nogil=True, cache=True)
 def _horizontal_flip_kernel(src, dst, i, sample, key, args):
     (probability,) = args
-    if uniform(key, sample, 0) >= probability:
+    if not flips(key, sample, probability):  # the draw boxes that follow this flip repeat
         return
     height, width, channels = dst[i].shape
     rows = dst[i].reshape(height, width * channels)
@@ -64,7 +64,7 @@ def _horizontal_flip_kernel(src, dst, i, sample, key, args):
 @numba.njit(nogil=True, cache=True)
 def _vertical_flip_kernel(src, dst, i, sample, key, args):
     (probability,) = args
-    if uniform(key, sample, 0) >= probability:
+    if not flips(key, sample, probability):  # the draw boxes that follow this flip repeat
         return
     height, width, channels = dst[i].shape
     rows = dst[i].reshape(height, width * channels)

@@ -10,21 +10,27 @@ import numpy as np
 import torch
 
 from beton.pipeline.operation import BatchContext, BatchOperation, State, torch_dtype
+from beton.pipeline.ragged import Packed, Padded, is_ragged, map_parts
 
 
 __all__ = ["ToTensor", "ToTorchImage", "Squeeze", "Convert", "ViewAs", "View", "ToDevice", "ModuleWrapper"]
 
 
+_ANY_LAYOUT = frozenset({"dense", "padded", "packed"})
+
+
 @dataclasses.dataclass(frozen=True)
 class ToTensor(BatchOperation):
-    """numpy batch -> torch tensor sharing its memory (no copy)."""
+    """numpy batch -> torch tensor sharing its memory (no copy); both parts of a Padded or Packed batch."""
+
+    layouts = _ANY_LAYOUT
 
     def output_state(self, previous: State) -> State:
         previous.require(isinstance(previous, State) and previous.kind == "numpy", self, "a numpy batch")
-        return State(previous.shape, torch_dtype(previous.dtype), kind="torch")
+        return State(previous.shape, torch_dtype(previous.dtype), kind="torch", layout=previous.layout)
 
-    def apply(self, batch: np.ndarray, context: BatchContext) -> torch.Tensor:
-        return torch.from_numpy(batch)
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        return map_parts(torch.from_numpy, batch)
 
 
 def _require_torch(operation: BatchOperation, previous: State) -> None:
@@ -86,15 +92,19 @@ class Squeeze(BatchOperation):
 
 @dataclasses.dataclass(frozen=True)
 class Convert(BatchOperation):
-    """Change the tensor dtype (values converted, as ``tensor.to(dtype)``)."""
+    """Change the tensor dtype (values converted, as ``tensor.to(dtype)``; a Padded or Packed batch's values)."""
 
     dtype: Any
+
+    layouts = _ANY_LAYOUT
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
         return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
 
-    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        if is_ragged(batch):
+            return batch._replace(values=batch.values.to(torch_dtype(self.dtype)))
         return batch.to(torch_dtype(self.dtype))
 
 
@@ -129,32 +139,48 @@ class ToDevice(BatchOperation):
     device: Any
     non_blocking: bool = True
 
+    layouts = _ANY_LAYOUT
+
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
         return dataclasses.replace(previous, device=str(torch.device(self.device)))
 
-    def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
+    def apply(self, batch: Any, context: BatchContext) -> Any:
+        return map_parts(self._move, batch)  # both parts of a Padded or Packed batch
+
+    def _move(self, tensor: torch.Tensor) -> torch.Tensor:
         device = torch.device(self.device)
-        if device.type == "cuda" and torch.cuda.is_available() and batch.device.type == "cpu":
-            return batch.pin_memory().to(device, non_blocking=self.non_blocking)
-        return batch.to(device)
+        if device.type == "cuda" and torch.cuda.is_available() and tensor.device.type == "cpu":
+            return tensor.pin_memory().to(device, non_blocking=self.non_blocking)
+        return tensor.to(device)
 
 
 @dataclasses.dataclass(frozen=True)
 class ModuleWrapper(BatchOperation):
     """Any ``torch.nn.Module`` or callable applied to the whole batch (torch tensors in, tensors out).
 
-    The output State is found by calling the module once on an empty batch of the input shape.
+    A Padded or Packed batch reaches the callable as it is (a named tuple of tensors); it may return a tensor
+    or such a tuple. The output State is found by calling the module once on a one-sample batch of zeros.
     """
 
     module: Callable[[Any], Any]
 
+    layouts = _ANY_LAYOUT
+
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
-        probe = torch.zeros((1,) + tuple(previous.shape), dtype=previous.dtype)
+        values = torch.zeros((1,) + tuple(previous.shape), dtype=previous.dtype)
+        probe = {"dense": values, "padded": Padded(values, torch.ones(1, dtype=torch.int64)),
+                 "packed": Packed(values[0], torch.tensor([0, values.shape[1]]), values.shape[1])}[previous.layout]
         with torch.no_grad():
             result = self.module(probe)
-        return dataclasses.replace(previous, shape=tuple(result.shape[1:]), dtype=result.dtype)
+        if isinstance(result, Padded):
+            return dataclasses.replace(previous, shape=tuple(result.values.shape[1:]), dtype=result.values.dtype,
+                                       layout="padded")
+        if isinstance(result, Packed):
+            return dataclasses.replace(previous, shape=(previous.shape[0], *result.values.shape[1:]),
+                                       dtype=result.values.dtype, layout="packed")
+        return dataclasses.replace(previous, shape=tuple(result.shape[1:]), dtype=result.dtype, layout="dense")
 
     def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
         return self.module(batch)
