@@ -62,7 +62,12 @@ class FloatDecoder(JitOperation):
 
 @dataclasses.dataclass(frozen=True)
 class NDArrayDecoder(JitOperation):
-    """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes)."""
+    """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes).
+
+    dtypes numba cannot compile (float16, datetimes, strings, raw bytes, big-endian numbers) are decoded by
+    numpy, sample by sample, instead of in a compiled stage: the same values, without fusion with the
+    operations after it (ToTensor turns big-endian numbers into native ones; torch has no dtype for the rest).
+    """
 
     is_decoder = True
 
@@ -70,8 +75,24 @@ class NDArrayDecoder(JitOperation):
         field = require_field(self, previous, "beton.fields.ndarray.NDArrayField").field
         return State(field.shape, field.dtype)
 
+    def stage_kind(self, previous: Any) -> str | None:
+        return None if _compiles(previous.field.dtype) else "sample"
+
     def kernel(self) -> Any:
         return _copy_payload_kernel
+
+    def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
+        """One sample, by numpy (the dtypes numba cannot compile): the stored bytes viewed as the stored dtype."""
+        offset, size = int(src.offsets[i]), int(src.sizes[i])
+        if size != dst[i].nbytes or offset < 0 or offset + size > src.memory.size:
+            raise DecodeError(f"payload of {size} bytes at {offset} does not hold the field's {dst[i].nbytes} "
+                              f"bytes inside the readable memory")
+        dst[i] = src.memory[offset : offset + size].view(dst.dtype).reshape(dst.shape[1:])
+
+
+def _compiles(dtype: np.dtype) -> bool:
+    """Whether numba compiles arrays of this dtype: native-order booleans, integers, floats but float16, complex."""
+    return dtype.isnative and dtype.kind in "biufc" and dtype != np.dtype(np.float16)
 
 
 @dataclasses.dataclass(frozen=True)

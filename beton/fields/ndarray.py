@@ -12,7 +12,7 @@ import numpy as np
 from beton.errors import DecodeError, EncodeError, FieldError, FormatError, first_bad_record
 from beton.decoders.basic import NDArrayDecoder, TorchTensorDecoder
 from beton.fields.base import Encoded, EncodeContext, Field
-from beton.pipeline.operation import Operation
+from beton.pipeline.operation import Operation, torch_dtype
 from beton.transforms.torch_ops import ToTensor, ViewAs
 from beton.dtypes import dtype_from_descr
 from beton.limits import ReadLimits
@@ -122,6 +122,11 @@ class NDArrayField(Field):
         return Encoded(payload=np.ascontiguousarray(value).reshape(self.shape).tobytes())
 
     def default_pipeline(self) -> list[Operation]:
+        """Decoded as torch tensors; as numpy batches for dtypes torch has no equivalent of (datetimes, strings)."""
+        try:
+            torch_dtype(self.dtype.newbyteorder("="))
+        except TypeError:
+            return [NDArrayDecoder()]
         return [NDArrayDecoder(), ToTensor()]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from beton.errors import PipelineError
 from beton.pipeline.operation import BatchContext, BatchOperation, State, torch_dtype
 from beton.pipeline.ragged import Packed, Padded, is_ragged, map_parts
 
@@ -27,10 +28,23 @@ class ToTensor(BatchOperation):
 
     def output_state(self, previous: State) -> State:
         previous.require(isinstance(previous, State) and previous.kind == "numpy", self, "a numpy batch")
-        return State(previous.shape, torch_dtype(previous.dtype), kind="torch", layout=previous.layout)
+        native = np.dtype(previous.dtype).newbyteorder("=")
+        try:
+            dtype = torch_dtype(native)
+        except TypeError:
+            raise PipelineError(f"{self!r}: torch has no dtype for {native} batches; leave ToTensor out to get "
+                                f"numpy batches") from None
+        return State(previous.shape, dtype, kind="torch", layout=previous.layout)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
-        return map_parts(torch.from_numpy, batch)
+        return map_parts(_tensor, batch)
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """The batch as a tensor sharing its memory; big-endian numbers (which torch cannot view) as a native copy."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return torch.from_numpy(array)
 
 
 def _require_torch(operation: BatchOperation, previous: State) -> None:
