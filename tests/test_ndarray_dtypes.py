@@ -8,7 +8,7 @@ import torch
 
 from beton import DatasetWriter, Loader, PipelineError
 from beton.decoders import NDArrayDecoder
-from beton.fields import NDArrayField
+from beton.fields import NDArrayField, TorchTensorField
 from beton.transforms import ToTensor
 
 DTYPES = ["|b1", "<i1", "<u2", ">i4", "<i8", ">u8", "<f2", ">f2", "<f4", ">f8", "<c8", ">c16",
@@ -49,3 +49,15 @@ def test_to_tensor_refuses_dtypes_torch_lacks(tmp_path):
     DatasetWriter(str(path), {"d": NDArrayField(np.dtype("<M8[D]"), (1,))}).from_indexed_dataset(stored)
     with pytest.raises(PipelineError, match="torch has no dtype"):
         Loader(str(path), batch_size=2, pipelines={"d": [NDArrayDecoder(), ToTensor()]})
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.bool, torch.int16, torch.complex64])
+def test_torch_tensors_of_every_dtype_come_back_unchanged(tmp_path, dtype):
+    stored = [((torch.arange(6).reshape(2, 3) * (i + 1)).to(dtype),) for i in range(5)]
+    path = tmp_path / "tensors.beton"
+    DatasetWriter(str(path), {"t": TorchTensorField(dtype, (2, 3))}).from_indexed_dataset(stored)
+    loader = Loader(str(path), batch_size=2, num_workers=2)
+    got = torch.cat([t for (t,) in loader])
+    loader.close()
+    assert got.dtype == dtype
+    assert torch.equal(got, torch.stack([s[0] for s in stored]))

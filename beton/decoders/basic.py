@@ -82,12 +82,16 @@ class NDArrayDecoder(JitOperation):
         return _copy_payload_kernel
 
     def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
-        """One sample, by numpy (the dtypes numba cannot compile): the stored bytes viewed as the stored dtype."""
-        offset, size = int(src.offsets[i]), int(src.sizes[i])
-        if size != dst[i].nbytes or offset < 0 or offset + size > src.memory.size:
-            raise DecodeError(f"payload of {size} bytes at {offset} does not hold the field's {dst[i].nbytes} "
-                              f"bytes inside the readable memory")
-        dst[i] = src.memory[offset : offset + size].view(dst.dtype).reshape(dst.shape[1:])
+        _copy_by_numpy(src, dst, i)
+
+
+def _copy_by_numpy(src: Source, dst: np.ndarray, i: int) -> None:
+    """One sample of a dtype numba cannot compile: the stored bytes viewed as the stored dtype."""
+    offset, size = int(src.offsets[i]), int(src.sizes[i])
+    if size != dst[i].nbytes or offset < 0 or offset + size > src.memory.size:
+        raise DecodeError(f"payload of {size} bytes at {offset} does not hold the field's {dst[i].nbytes} "
+                          f"bytes inside the readable memory")
+    dst[i] = src.memory[offset : offset + size].view(dst.dtype).reshape(dst.shape[1:])
 
 
 def _compiles(dtype: np.dtype) -> bool:
@@ -105,8 +109,14 @@ class TorchTensorDecoder(JitOperation):
         field = require_field(self, previous, "beton.fields.ndarray.TorchTensorField").field
         return State(field.shape, field.storage_dtype)
 
+    def stage_kind(self, previous: Any) -> str | None:
+        return None if _compiles(previous.field.storage_dtype) else "sample"  # float16: numba has none
+
     def kernel(self) -> Any:
         return _copy_payload_kernel
+
+    def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
+        _copy_by_numpy(src, dst, i)
 
 
 @numba.njit(nogil=True, cache=True)
