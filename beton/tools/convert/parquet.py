@@ -18,7 +18,8 @@ floats                                          float       FloatField
 fixed-size lists of numbers, HF ``Array2D..5D``  ndarray     NDArrayField of that dtype and shape
 other binary                                    bytes       BytesField
 strings, lists, structs, dates, anything else   json        JSONField (lists of any length: beton has no
-                                                            ragged array field yet; dates as ISO text)
+                                                            ragged array field yet; dates and times as
+                                                            ISO 8601 text, decimals as text)
 ==============================================  ==========  ==========================================
 
 A null in a column whose field cannot hold one (all but json) is a bad row: the conversion fails naming the
@@ -345,9 +346,7 @@ def _json_values(column: Any, pa: Any) -> list[Any]:
     types = pa.types
     if types.is_dictionary(column.type):
         column = column.dictionary_decode()
-    if types.is_temporal(column.type) or types.is_decimal(column.type):
-        try:
-            column = pa.compute.cast(column, pa.string())  # ISO 8601 text for dates and times; decimals exactly
-        except pa.ArrowNotImplementedError:  # durations, say
-            return [None if value is None else str(value) for value in column.to_pylist()]
+    if types.is_temporal(column.type) or types.is_decimal(column.type):  # ISO 8601 text; decimals exactly
+        return [None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+                for value in column.to_pylist()]
     return column.to_pylist()  # NaN stays NaN: JSONField refuses it, naming the row (never a silent null)

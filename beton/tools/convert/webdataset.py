@@ -49,6 +49,7 @@ KINDS = ("image", "int", "json", "text", "bytes")
 KEY_FIELD = "__key__"
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+_CHUNK_SAMPLES = 16  # samples per writer task: memory holds a few such chunks, whatever the samples' size
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -131,7 +132,7 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     stored = base_metadata("webdataset", {"shards": [os.path.abspath(path) for path in paths]}, None, metadata)
     return write(output, fields, samples, indexed=False, source_name=samples.source_name, metadata=stored,
                  on_error=on_error, skipped_before=samples.skipped, num_workers=num_workers, page_size=page_size,
-                 progress=progress)
+                 progress=progress, chunksize=_CHUNK_SAMPLES)
 
 
 def _kind(extension: str, types: Mapping[str, str]) -> str:
@@ -242,8 +243,8 @@ def _parse(kind: str, extension: str, data: bytes) -> Any:
 
 
 def _groups(path: str, refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {extension: bytes}) of each sample of one shard, read as a stream; a damaged shard or a sample with
-    a repeated extension is refused (its remaining samples, or that sample)."""
+    """(key, {extension: bytes}) of each sample of one shard, read as a stream; a damaged shard (its remaining
+    samples, and the one it broke in) or a sample with a repeated extension is refused."""
     key, members, duplicate = None, {}, None
     try:
         with tarfile.open(path, mode="r|*") as archive:
@@ -263,12 +264,21 @@ def _groups(path: str, refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
                 if extension in members:
                     duplicate = extension
                 members[extension] = data
+            _check_end(archive)
     except (tarfile.TarError, OSError, EOFError) as error:
         refuse(f"{path}" + (f" after {key}" if key is not None else ""),
                f"the shard cannot be read on: {error}" if key is not None else f"not a readable tar file: {error}")
         return
     if key is not None:
         yield from _finished(path, key, members, duplicate, refuse)
+
+
+def _check_end(archive: tarfile.TarFile) -> None:
+    """tarfile ends its iteration quietly at a cut (end of data where a header should be) or at a damaged header,
+    as at the real end; only the real end is followed by a second zero block (every tar writer writes two)."""
+    tail = archive.fileobj.read(tarfile.BLOCKSIZE)
+    if len(tail) < tarfile.BLOCKSIZE or tail.strip(b"\0"):
+        raise tarfile.ReadError("it ends without the end-of-archive blocks (cut short, or a damaged header)")
 
 
 def _finished(path: str, key: str, members: dict[str, bytes], duplicate: str | None,
