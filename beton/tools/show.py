@@ -208,8 +208,9 @@ def _fitted(image: np.ndarray, cell: int) -> np.ndarray:
 def _caption(index: int, label: Any, classes: list[str] | None) -> str:
     if label is None:
         return f"#{index}"
-    name = classes[label] if classes is not None and isinstance(label, int) and 0 <= label < len(classes) else None
-    return f"#{index} {label}" + (f" {name}" if name is not None else "")
+    if classes is not None and isinstance(label, int) and 0 <= label < len(classes):
+        return f"#{index} {classes[label]}"
+    return f"#{index} label {label}"
 
 
 def _ascii(text: str) -> str:

@@ -29,11 +29,11 @@ then the best mix that fits.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from typing import Any
 
+import numba
 import numpy as np
 import simplejpeg
 
@@ -45,13 +45,19 @@ from beton.codecs.jpeg_scans import whole_jpeg
 from beton.fields.rgb_image import RGBImageField, decode_stored_image
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
+from beton.fields.base import Field
+from beton.storage.encode import EncodeSpec
+from beton.storage.file_builder import field_table_bytes
+from beton.storage.format import HEAP_OFFSET, data_table_dtype
+from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 from beton.storage.writer import DatasetWriter
 
 __all__ = ["HostProfile", "MixPlan", "measure_host", "measure_read_bandwidth", "plan_mix", "write_balanced",
-           "tune"]
+           "tune", "balanced_size", "balanced_fields"]
 
+_TABLE_ALIGNMENT = 64  # tables start at multiples of 64 (docs/format.md)
 _SAMPLE_IMAGES = 64
 _CALIBRATION_IMAGES = 512
 _BANDWIDTH_BYTES = 256 << 20
@@ -85,7 +91,7 @@ class MixPlan:
     batch_size: int
     predicted_images_per_s: dict[str, float]
     size_before: int = 0  # bytes of the source file
-    size_after: int = 0  # predicted bytes of the balanced file (the source plus raw pixels minus their JPEGs)
+    size_after: int = 0  # bytes of the balanced file (computed as the writer lays it out)
     max_bytes: int | None = None  # the bound the plan was asked to keep
 
     @property
@@ -238,30 +244,42 @@ def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int =
         io = read / profile.read_bytes_per_second
         return count / np.maximum(np.maximum(cpu, io), 1e-12)
 
-    size_before = len(reader.file_map)
-    grown = size_before + np.concatenate([[0.0], np.cumsum(extra_bytes[ranked])])  # file size per count taken
-    allowed = len(ranked) if max_bytes is None else max(0, int(np.searchsorted(grown, max_bytes, side="right")) - 1)
+    def chosen(taken: int) -> np.ndarray:
+        return np.sort(np.concatenate([np.flatnonzero(already_raw), ranked[:taken]])).astype(np.int64)
+
     rates = images_per_s(np.arange(len(ranked) + 1))
-    best = int(np.argmax(rates[: allowed + 1]))
     already = int(already_raw.sum())
-    taken = int(np.clip(_batch_aligned(best + already, count, batch_size) - already, 0, len(ranked)))
-    if taken > allowed:  # rounding to whole batches went over the bound: round down instead
-        taken = int(np.clip(_batch_aligned(allowed + already, count, batch_size, math.floor) - already, 0, allowed))
-    raw_samples = np.sort(np.concatenate([np.flatnonzero(already_raw), ranked[:taken]]))
+
+    def taken_at(per_batch: int) -> int:  # candidates taken for this many raw images per batch
+        return int(np.clip(_raw_count(per_batch, count, batch_size) - already, 0, len(ranked)))
+
+    per_batch = _per_batch(int(np.argmax(rates)) + already, count, batch_size)
+    size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+    if max_bytes is not None and size > max_bytes:  # the most raw images per batch within the bound
+        low, high = 0, per_batch - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if balanced_size(reader, field, chosen(taken_at(middle))) <= max_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        per_batch = low
+        size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+    taken = taken_at(per_batch)
     predicted = {"all JPEG": float(rates[0]), "all raw": float(images_per_s(np.array([len(ranked)]))[0]),
                  "balanced": float(images_per_s(np.array([taken]))[0])}
-    return MixPlan(raw_samples.astype(np.int64), count, batch_size, predicted, size_before, int(grown[taken]),
-                   max_bytes)
+    return MixPlan(chosen(taken), count, batch_size, predicted, len(reader.file_map), size, max_bytes)
 
 
-def _batch_aligned(raw: int, count: int, batch_size: int, rounding: Any = round) -> int:
-    """The raw count nearest ``raw`` (or as ``rounding`` rounds) for which every full batch holds the same
-    number of raw images."""
+def _per_batch(raw: int, count: int, batch_size: int) -> int:
+    """Raw images per full batch nearest ``raw`` in all (with fewer samples than a batch: ``raw`` itself)."""
+    return raw if count < batch_size else round(raw * batch_size / count)
+
+
+def _raw_count(per_batch: int, count: int, batch_size: int) -> int:
+    """Raw images in all when every full batch holds ``per_batch`` (the last, partial one its share)."""
     full, rest = divmod(count, batch_size)
-    if full == 0:
-        return raw
-    per_batch = int(rounding(raw * batch_size / count))
-    return per_batch * full + int(rounding(per_batch * rest / batch_size))
+    return per_batch if full == 0 else per_batch * full + round(per_batch * rest / batch_size)
 
 
 class _BalancedSource:
@@ -293,13 +311,54 @@ class _BalancedSource:
         return tuple(values)
 
 
+def balanced_fields(reader: Reader, field: str) -> dict[str, Field]:
+    """The balanced file's fields: the source's, with ``field`` storing JPEG bytes as given and pixels raw."""
+    balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
+                                   scan_grouped=False)
+    return {name: balanced if name == field else f for name, f in reader.fields.items()}
+
+
+def balanced_size(reader: Reader, field: str, raw_samples: np.ndarray) -> int:
+    """The size in bytes of the balanced file :func:`write_balanced` writes: its heap packed as the writer packs
+    it (a payload crosses no page boundary unless it is larger than a page), then its tables, each aligned."""
+    column = reader.descriptors[field].payload_column
+    sizes = reader.allocation_table["size"].astype(np.int64)
+    records = reader.data_table[field]
+    pieces = reader.fields[field].read_pieces(records, None)
+    if pieces is not None:  # scan-grouped JPEGs are stored whole: their scans and the end marker
+        sizes[:, column] = pieces.sizes()
+    raw = records["height"].astype(np.int64) * records["width"] * records["channels"] * \
+        reader.fields[field].numpy_dtype.itemsize
+    sizes[raw_samples, column] = raw[raw_samples]
+    heap = _packed_heap_size(sizes.ravel(), reader.page_size)
+    fields = balanced_fields(reader, field)
+    data_dtype = data_table_dtype((name, f.metadata_dtype) for name, f in fields.items())
+    spec = EncodeSpec(reader.path, tuple(fields), tuple(fields.values()), data_dtype, 0)
+    metadata = encode_metadata(reader.metadata) or b""
+    tables = [len(field_table_bytes(spec)), reader.num_samples * data_dtype.itemsize, sizes.size * 16,
+              -(-heap // reader.page_size) * 4] + ([len(metadata)] if metadata else [])
+    position = HEAP_OFFSET + heap
+    for table in tables:
+        position += -position % _TABLE_ALIGNMENT + table
+    return position
+
+
+@numba.njit(cache=True)
+def _packed_heap_size(sizes: np.ndarray, page_size: int) -> int:
+    position = 0
+    for size in sizes:
+        used = position % page_size
+        if used and used + size > page_size:
+            position += page_size - used
+        position += size
+    return position
+
+
 def write_balanced(source: str | os.PathLike[str], output: str | os.PathLike[str], field: str,
                    raw_samples: np.ndarray, num_workers: int = -1, progress: bool = True) -> None:
     """Copy ``source`` to ``output`` with ``raw_samples`` of ``field`` stored raw, other JPEGs as they are."""
     with Reader(source) as reader:
-        balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
-                                       scan_grouped=False)
-        fields = {name: balanced if name == field else f for name, f in reader.fields.items()}
+        fields = balanced_fields(reader, field)
         page_size = reader.page_size
         metadata = reader.metadata
     writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress,
