@@ -205,3 +205,9 @@ def test_info_prints_the_metadata_escaped_and_shortened(tmp_path):
     assert '\'classes\': {"label": ["class 0", "class 1",' in text and "characters)" in text
     with beton.Reader(written(tmp_path, None, "plain.beton")) as reader:
         assert "metadata:    none" in describe(reader)
+
+
+def test_the_loader_gives_the_files_metadata(tmp_path):
+    path = written(tmp_path, {"classes": {"label": ["a", "b"]}})
+    with beton.Loader(path, batch_size=2, num_workers=0, pipelines={"meta": None}) as loader:
+        assert loader.metadata == {"classes": {"label": ["a", "b"]}}
