@@ -10,14 +10,14 @@ import pytest
 import beton
 from beton.errors import DatasetError, EncodeError
 from beton.fields import IntField, NDArrayField
-from beton.storage.writer import SampleWarning
+from beton.storage.writer import SampleWarning, warn_sample
 
 FIELDS = {"label": IntField(), "array": NDArrayField(np.float32, (2,))}
 
 
 class Flaky:
     """Sample i is (i, array); every 7th raises in the dataset, every 5th has an array of the wrong dtype, every
-    4th warns with SampleWarning, every 9th with a plain UserWarning."""
+    4th reports a warning with warn_sample, every 9th issues a plain UserWarning."""
 
     def __len__(self):
         return 40
@@ -26,7 +26,7 @@ class Flaky:
         if index % 7 == 3:
             raise FileNotFoundError(f"no file for {index}")
         if index % 4 == 1:
-            warnings.warn(SampleWarning(f"sample {index} was resized"))
+            warn_sample(f"sample {index} was resized")
         if index % 9 == 2:
             warnings.warn(f"plain warning {index}", UserWarning)
         dtype = np.float64 if index % 5 == 4 else np.float32
@@ -58,6 +58,7 @@ def test_skip_leaves_bad_samples_out_and_reports_each(tmp_path, num_workers):
     if num_workers == 0:  # other warnings are shown as usual (workers show them in their own process)
         assert sorted(str(w.message) for w in shown if w.category is UserWarning) == \
             sorted(f"plain warning {i}" for i in range(40) if i % 9 == 2 and i % 7 != 3)
+        assert not [w for w in shown if w.category is SampleWarning]
     with beton.Reader(path) as reader:
         assert [reader[i][0] for i in range(len(reader))] == kept
         np.testing.assert_array_equal(reader[5][1], np.full(2, kept[5], np.float32))
@@ -83,6 +84,7 @@ def test_skip_works_for_iterables_with_positions_as_indices(tmp_path):
         assert [reader[i][0] for i in range(10)] == [i for i in range(12) if i not in (2, 9)]
 
 
+@pytest.mark.filterwarnings("ignore:plain warning")
 def test_fail_is_the_default_and_names_the_sample(tmp_path):
     with pytest.raises(DatasetError, match="sample 3: the dataset raised FileNotFoundError"):
         beton.DatasetWriter(tmp_path / "f.beton", FIELDS, num_workers=0, progress=False).from_indexed_dataset(Flaky())
@@ -92,6 +94,40 @@ def test_fail_is_the_default_and_names_the_sample(tmp_path):
             Flaky(), indices=[4])
     with pytest.raises(ValueError, match="on_error must be one of"):
         beton.DatasetWriter(tmp_path / "f.beton", FIELDS, on_error="ignore")
+
+
+def test_warn_sample_outside_a_write_is_a_warning():
+    with pytest.warns(SampleWarning, match="not during a write"):
+        warn_sample("not during a write")
+
+
+def test_writers_in_threads_collect_their_own_warnings(tmp_path):
+    import threading
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+        def __len__(self):
+            return 30
+
+        def __getitem__(self, index):
+            warn_sample(f"{self.name} {index}")
+            return index, np.zeros(2, np.float32)
+
+    reports = {}
+
+    def write(name):
+        reports[name] = beton.DatasetWriter(tmp_path / f"{name}.beton", FIELDS, num_workers=0, progress=False
+                                            ).from_indexed_dataset(Named(name), chunksize=1)
+
+    threads = [threading.Thread(target=write, args=(name,)) for name in ("a", "b", "c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name, report in reports.items():
+        assert [(p.index, p.message) for p in report.warnings] == [(i, f"{name} {i}") for i in range(30)]
 
 
 def test_a_write_that_skips_nothing_reports_nothing(tmp_path):

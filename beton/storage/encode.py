@@ -6,12 +6,14 @@ does not depend on which worker encoded what.
 
 What happened to single samples travels back with the chunk as :class:`SampleProblem` entries: samples left
 out because their value could not be read or encoded (only when the writer skips them, ``on_error="skip"``),
-and :class:`SampleWarning` warnings raised while a sample was read or encoded (other warnings are shown as
-usual, once the chunk is done).
+and what :func:`warn_sample` reported while a sample was read or encoded. The report is collected in a context
+variable set around each sample, not through the ``warnings`` module, whose capture is process-wide (two
+writers encoding in threads of one process would swap each other's warnings filters).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import warnings
 from collections.abc import Sequence
@@ -22,16 +24,32 @@ import numpy as np
 from beton.errors import BetonError, DatasetError, EncodeError, error_context
 from beton.fields.base import EncodeContext, Field
 
-__all__ = ["SampleWarning", "SampleProblem", "sample_problem", "EncodeSpec", "EncodedChunk", "ChunkItem",
-           "encode_chunk"]
+__all__ = ["SampleWarning", "SampleProblem", "sample_problem", "warn_sample", "EncodeSpec", "EncodedChunk",
+           "ChunkItem", "encode_chunk"]
 
 
 class SampleWarning(UserWarning):
-    """Something worth reporting about one sample that still got written (an alpha channel dropped, say).
+    """What :func:`warn_sample` issues when no write is collecting warnings."""
 
-    Raised with ``warnings.warn`` by a dataset's ``__getitem__`` or a field's ``encode``, it is not printed:
-    the writer's :class:`~beton.storage.writer.WriteReport` lists it with the sample's index.
+
+# The warnings of the sample being encoded in this thread (None outside encoding): a ContextVar, so that writers
+# running in several threads of one process each collect their own.
+_SAMPLE_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("beton_sample_warnings",
+                                                                                     default=None)
+
+
+def warn_sample(message: str) -> None:
+    """Report something about the sample being written that did not stop it (an alpha channel dropped, say).
+
+    Called from a dataset's ``__getitem__`` or a field's ``encode`` during a write, the message goes to the
+    write's :class:`~beton.storage.writer.WriteReport` with the sample's index, and is not printed; anywhere
+    else it is issued as a :class:`SampleWarning`.
     """
+    collected = _SAMPLE_WARNINGS.get()
+    if collected is None:
+        warnings.warn(SampleWarning(message), stacklevel=2)
+    else:
+        collected.append(str(message))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,27 +131,23 @@ class ChunkItem:
 
 def encode_chunk(spec: EncodeSpec, dataset: Any, items: Sequence[ChunkItem]) -> EncodedChunk:
     rows, payloads, kept, skipped, warned = [], [], [], [], []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SampleWarning)  # every sample's, not once per place in the code
-        for item in items:
-            seen = len(caught)
-            try:
-                sample = _fetch(spec, dataset, item)
-                metadata, sample_payloads = _encode_sample(spec, sample, item)
-            except (DatasetError, EncodeError) as error:  # the sample's own data; never a dead worker or Ctrl-C
-                if not spec.skip_errors:
-                    raise
-                skipped.append(sample_problem(item.dataset_index, error))
-                continue
-            finally:
-                warned += [SampleProblem(item.dataset_index, warning.category.__name__, str(warning.message))
-                           for warning in caught[seen:] if issubclass(warning.category, SampleWarning)]
-            rows.append(metadata)
-            payloads.append(sample_payloads)
-            kept.append(item)
-    for warning in caught:  # other warnings: shown as they would have been, now that the chunk is done
-        if not issubclass(warning.category, SampleWarning):
-            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    for item in items:
+        collected: list[str] = []
+        token = _SAMPLE_WARNINGS.set(collected)
+        try:
+            sample = _fetch(spec, dataset, item)
+            metadata, sample_payloads = _encode_sample(spec, sample, item)
+        except (DatasetError, EncodeError) as error:  # the sample's own data; never a dead worker or Ctrl-C
+            if not spec.skip_errors:
+                raise
+            skipped.append(sample_problem(item.dataset_index, error))
+            continue
+        finally:
+            _SAMPLE_WARNINGS.reset(token)
+            warned += [SampleProblem(item.dataset_index, SampleWarning.__name__, message) for message in collected]
+        rows.append(metadata)
+        payloads.append(sample_payloads)
+        kept.append(item)
     return EncodedChunk(items[0].position, _rows_array(spec, rows, kept), payloads, len(items), skipped, warned)
 
 

@@ -41,13 +41,14 @@ from tqdm.auto import tqdm
 from beton.storage import format as fmt
 from beton._cores import resolve_workers
 from beton.storage.encode import (ChunkItem, EncodedChunk, EncodeSpec, SampleProblem, SampleWarning, _dataset_error,
-                                  encode_chunk, sample_problem)
+                                  encode_chunk, sample_problem, warn_sample)
 from beton.storage.file_builder import FileBuilder, field_table_bytes
 from beton.storage.metadata import encode_metadata
 from beton.errors import FieldError, WriterError
 from beton.fields.base import Field
 
-__all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "ON_ERROR"]
+__all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
+           "ON_ERROR"]
 
 DEFAULT_CHUNKSIZE = 100
 #: What the writer does with a sample whose value cannot be read or encoded: fail the write, or leave it out.
@@ -56,8 +57,8 @@ ON_ERROR = ("fail", "skip")
 
 @dataclasses.dataclass(frozen=True)
 class WriteReport:
-    """What one write did: samples written, samples left out (``on_error="skip"``) and samples that warned
-    (:class:`~beton.storage.encode.SampleWarning`), each naming the sample's index in the dataset."""
+    """What one write did: samples written, samples left out (``on_error="skip"``) and what samples reported
+    with :func:`~beton.storage.encode.warn_sample`, each naming the sample's index in the dataset."""
 
     path: str
     num_samples: int

@@ -15,7 +15,7 @@ processes, where the field encodes:
 
 Colour conversion: grey, palette, RGB, RGBA, CMYK and 16-bit inputs all become the field's layout (1, 3 or 4
 channels of uint8 or uint16). Reductions are reported, never silent: an alpha channel dropped or 16-bit samples
-reduced to 8 bits raise a :class:`~beton.storage.writer.SampleWarning` that the write report counts (keep them
+reduced to 8 bits are reported with :func:`~beton.storage.writer.warn_sample`, and the write report counts them (keep them
 with ``keep_alpha`` / ``keep_depth``, which store images losslessly). 8-bit inputs in a 16-bit field are scaled
 by 257 (255 becomes 65535). EXIF orientation is not applied, as torchvision's PIL loader does not apply it, so
 stored JPEG bytes and decoded formats agree.
@@ -27,7 +27,6 @@ arguments, so a file written with it is byte for byte one written with RGBImageF
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import cv2
@@ -39,7 +38,7 @@ from beton.errors import EncodeError, FieldError
 from beton.fields.base import Encoded, EncodeContext
 from beton.fields.rgb_image import WRITE_MODES, RGBImageField
 from beton.limits import DEFAULT_MAX_IMAGE_PIXELS
-from beton.storage.writer import SampleWarning
+from beton.storage.writer import warn_sample
 
 __all__ = ["ImageFileField", "ImageOptions", "sniff_image_format", "IMAGE_EXTENSIONS"]
 
@@ -151,10 +150,10 @@ class ImageFileField(RGBImageField):
         if bgr and channels > 1:
             pixels = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB if channels == 3 else cv2.COLOR_BGRA2RGBA)
         if channels == 4 and self.channels != 4:
-            warnings.warn(SampleWarning(_ALPHA_DROPPED))
+            warn_sample(_ALPHA_DROPPED)
             pixels, channels = pixels[:, :, :3], 3
         if pixels.dtype == np.uint16 and self.dtype == "uint8":
-            warnings.warn(SampleWarning(_DEPTH_REDUCED))
+            warn_sample(_DEPTH_REDUCED)
             pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)  # rounded: 65535 -> 255
         elif pixels.dtype == np.uint8 and self.dtype == "uint16":
             pixels = pixels.astype(np.uint16) * np.uint16(257)  # 255 -> 65535
