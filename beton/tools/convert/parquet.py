@@ -29,13 +29,13 @@ cannot be decoded.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from beton import _json
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField
 from beton.fields.base import Field
 from beton.storage import format as fmt
@@ -138,8 +138,8 @@ def _check_columns(files: list[str], schema: Any, names: list[str], pa: Any) -> 
 
 def _hf_features(schema: Any) -> dict[str, dict]:
     """The Hugging Face ``datasets`` feature of each column, from the schema's metadata (or nothing)."""
-    try:
-        info = json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
+    try:  # the file's text: parsed with beton's depth limit
+        info = _json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
         features = info.get("info", {}).get("features", {})
     except (ValueError, AttributeError):
         return {}

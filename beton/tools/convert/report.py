@@ -73,8 +73,10 @@ class ConversionReport:
             lines.append(f"classes of {field!r}: " + ", ".join(f"{label}={name}" for label, name in enumerate(names)))
         lines += [f"note: {note}" for note in self.notes]
         if self.skipped:
-            lines.append(f"skipped {len(self.skipped)} source{'s' if len(self.skipped) != 1 else ''}:")
+            lines.append("skipped:")
             lines += [f"  {item.source}: {item.reason}" for item in self.skipped]
+            lines.append(f"skipped {len(self.skipped)} of {len(self.skipped) + self.num_samples} sources "
+                         f"({self.num_samples} written)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
