@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import hypothesis.extra.numpy
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import beton
 import beton.convert
@@ -167,3 +170,25 @@ def test_fields_for_arrays_chooses_from_dtype_and_shape():
     fields = fields_for_arrays({name: array for name, (array, _) in NUMPY.items()})
     assert {name: type(field) for name, field in fields.items()} == {name: kind for name, (_, kind) in NUMPY.items()}
     assert fields["images"] == NDArrayField(np.uint8, (4, 3, 2)) and fields["uint64"] == NDArrayField(np.uint64, ())
+
+
+@given(array=hypothesis.extra.numpy.arrays(
+    st.sampled_from([np.bool_, np.int8, np.int16, np.uint16, np.uint64, np.float16, np.float64, np.complex64,
+                     np.dtype("<U3"), np.dtype("S2"), np.dtype(">i4"), np.dtype("datetime64[s]")]),
+    hypothesis.extra.numpy.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)))
+def test_any_array_round_trips_as_its_field_stores_it(tmp_path, array):
+    if array.dtype.kind in "US" and array.ndim > 1:
+        with pytest.raises(ConversionError, match="strings per sample"):
+            beton.convert.arrays({"x": array}, tmp_path / "h.beton", num_workers=0, progress=False)
+        return
+    beton.convert.arrays({"x": array}, tmp_path / "h.beton", num_workers=0, progress=False)
+    with beton.Reader(tmp_path / "h.beton") as reader:
+        field = reader.fields["x"]
+        for i in range(len(array)):
+            value = reader[i][0]
+            if isinstance(field, (IntField, FloatField, JSONField, BytesField)):
+                expected = array[i].item()
+                assert value == expected or (value != value and expected != expected)  # NaN is NaN
+            else:
+                assert value.dtype == array.dtype and value.shape == array.shape[1:]
+                np.testing.assert_array_equal(value, array[i])
