@@ -254,6 +254,18 @@ def test_the_command_prints_the_report_and_exits_0_or_1(tmp_path):
     assert report["num_samples"] == 6 and len(report["skipped"]) == len(reasons) and report["seconds"] > 0
 
 
+def test_file_names_cannot_drive_the_terminal(tmp_path):
+    root = tmp_path / "train" / "c\x1b[31mlass"
+    root.mkdir(parents=True)
+    (root / "a.jpg").write_bytes(jpeg(1))
+    (root / "\x1b]0;title\x07.jpg").write_bytes(b"junk")
+    done = run("convert", "imagefolder", tmp_path / "train", tmp_path / "t.beton", "--on-error", "skip",
+               "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "c\\x1b[31mlass" in done.stdout and "\\x1b]0;title\\x07.jpg" in done.stdout
+
+
 def test_a_file_that_cannot_be_read_is_named(tmp_path):
     root = tmp_path / "train" / "cat"
     root.mkdir(parents=True)

@@ -264,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file", help="the .beton (or FFCV) file")
     check.set_defaults(run=_verify)
 
-    add_convert_parser(commands)
+    add_convert_parser(commands, escape=printable)
 
     show = commands.add_parser("show", help="write a PNG grid of samples, captioned with their labels",
                                description="Look at a file's images before training: as stored, or through the "

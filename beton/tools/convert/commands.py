@@ -14,6 +14,7 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from beton.fields.rgb_image import WRITE_MODES
@@ -147,7 +148,7 @@ def _writing(arguments: argparse.Namespace) -> dict[str, Any]:
 
 
 def _finish(report: ConversionReport, arguments: argparse.Namespace) -> int:
-    print(report.summary())
+    print(arguments.escape(report.summary()))  # source names come from the data: no terminal control codes
     if arguments.report is not None:
         with open(arguments.report, "w", encoding="utf-8") as file:
             json.dump(report.to_json(), file, indent=2, ensure_ascii=False)
@@ -194,10 +195,12 @@ def _webdataset(arguments: argparse.Namespace) -> int:
                    arguments)
 
 
-def add_convert_parser(commands: Any) -> None:
-    """Add ``convert`` and its kinds to the ``beton`` command's subparsers."""
+def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
+    """Add ``convert`` and its kinds to the ``beton`` command's subparsers; ``escape`` makes text taken from the
+    data safe to print (the command's own ``printable``)."""
     convert = commands.add_parser("convert", help="write a .beton file from another layout",
                                   description=__doc__.split("\n\n", 1)[1].strip())
+    convert.set_defaults(escape=escape)
     kinds = convert.add_subparsers(dest="kind", required=True, metavar="KIND")
 
     folder = kinds.add_parser("imagefolder", help="class folders of images (labels from the sorted folder names)",

@@ -23,6 +23,9 @@ from beton.storage.writer import ON_ERROR, DatasetWriter, sample_problem
 __all__ = ["ConversionError", "ConversionWarning", "ConversionReport", "SkippedSource", "write", "base_metadata"]
 
 
+_CLASSES_SHOWN = 20  # class names the summary lists; the metadata keeps all
+
+
 class ConversionWarning(UserWarning):
     """Something about a conversion's input the user should know, which did not stop it (an empty class folder
     kept as a label under on_error="skip"); the report's notes say it too."""
@@ -69,8 +72,11 @@ class ConversionReport:
         lines = [f"wrote {self.num_samples} samples ({_size(self.output_bytes)}) to {self.output} in "
                  f"{self.seconds:.1f} s ({rate})",
                  "fields: " + ", ".join(f"{name} {kind}" for name, kind in self.fields.items())]
-        for field, names in self.metadata.get("classes", {}).items():
-            lines.append(f"classes of {field!r}: " + ", ".join(f"{label}={name}" for label, name in enumerate(names)))
+        classes = self.metadata.get("classes")
+        for field, names in classes.items() if isinstance(classes, dict) else ():
+            shown = ", ".join(f"{label}={name}" for label, name in enumerate(names[:_CLASSES_SHOWN]))
+            more = f", ... ({len(names)} classes)" if len(names) > _CLASSES_SHOWN else ""
+            lines.append(f"classes of {field!r}: {shown}{more}")
         lines += [f"note: {note}" for note in self.notes]
         if self.skipped:
             lines.append("skipped:")
