@@ -313,12 +313,14 @@ def test_a_class_whose_every_file_is_skipped_is_noted(tmp_path):
     assert "classes whose every file was skipped, now labels without samples: 'bee'" in report.notes
 
 
-def test_every_file_skipped_is_an_error(tmp_path):
+def test_every_file_skipped_is_an_error_and_the_target_is_kept(tmp_path):
     (tmp_path / "train" / "cat").mkdir(parents=True)
     (tmp_path / "train" / "cat" / "a.jpg").write_bytes(b"nothing")
-    with pytest.raises(ConversionError, match="every source was skipped"):
-        beton.convert.imagefolder(tmp_path / "train", tmp_path / "x.beton", on_error="skip", num_workers=0,
+    (tmp_path / "x.beton").write_bytes(b"an older file")
+    with pytest.raises(ConversionError, match=r"every source was skipped .* the first: .*cat/a.jpg: field 'image'"):
+        beton.convert.imagefolder(tmp_path / "train", tmp_path / "x.beton", on_error="skip", num_workers=2,
                                   progress=False)
+    assert (tmp_path / "x.beton").read_bytes() == b"an older file"
 
 
 def test_keep_alpha_and_keep_depth_store_exact_pixels(tmp_path):

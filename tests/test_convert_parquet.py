@@ -137,6 +137,14 @@ def test_nulls_a_field_cannot_hold_fail_or_are_skipped_with_file_and_row(tmp_pat
         assert [reader[i][1:] for i in range(len(reader))] == [(0, None), (4, "z")]  # JSON holds nulls
 
 
+def test_every_row_skipped_fails_and_keeps_the_target(tmp_path):
+    pq.write_table(pa.table({"label": pa.array([None, None], pa.int64())}), tmp_path / "nulls.parquet")
+    (tmp_path / "o.beton").write_bytes(b"an older file")
+    with pytest.raises(ConversionError, match="every row was skipped; the first: .*nulls.parquet row 0"):
+        beton.convert.parquet(tmp_path / "nulls.parquet", tmp_path / "o.beton", on_error="skip", progress=False)
+    assert (tmp_path / "o.beton").read_bytes() == b"an older file"
+
+
 def test_a_worker_side_failure_after_skipped_rows_names_the_right_row(tmp_path):
     data = pa.table({"image": pa.array([None, None, jpeg(2), b"junk", jpeg(4)], pa.binary())})
     pq.write_table(data, tmp_path / "a.parquet")

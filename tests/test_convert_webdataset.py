@@ -194,3 +194,13 @@ def test_missing_shards_and_empty_shards_are_named(tmp_path):
     shard(tmp_path / "empty.tar", [])
     with pytest.raises(ConversionError, match="the shards hold no samples"):
         beton.convert.webdataset(str(tmp_path / "empty.tar"), tmp_path / "o.beton", progress=False)
+
+
+def test_every_sample_skipped_fails_and_keeps_the_target(tmp_path):
+    path = shard(tmp_path / "s.tar", [("a", {"jpg": jpeg(1), "cls": b"1"}), ("b", {"jpg": jpeg(2), "cls": b"x"}),
+                                      ("c", {"jpg": b"junk", "cls": b"3"})])
+    (tmp_path / "o.beton").write_bytes(b"an older file")
+    with pytest.raises(ConversionError, match="every sample was skipped; the first: .*s.tar a: "):
+        beton.convert.webdataset(path, tmp_path / "o.beton", extensions=["png", "cls"], on_error="skip",
+                                 num_workers=0, progress=False)
+    assert (tmp_path / "o.beton").read_bytes() == b"an older file"

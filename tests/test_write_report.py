@@ -130,6 +130,16 @@ def test_writers_in_threads_collect_their_own_warnings(tmp_path):
         assert [(p.index, p.message) for p in report.warnings] == [(i, f"{name} {i}") for i in range(30)]
 
 
+def test_skipping_every_sample_fails_and_keeps_the_target(tmp_path):
+    target = tmp_path / "kept.beton"
+    target.write_bytes(b"an older file")
+    with pytest.raises(beton.WriterError, match="every one of the 2 samples was skipped") as raised:
+        beton.DatasetWriter(target, FIELDS, num_workers=0, progress=False, on_error="skip").from_indexed_dataset(
+            [(0, np.zeros(2, np.float64)), (1, "not an array")])
+    assert [p.index for p in raised.value.skipped] == [0, 1]
+    assert target.read_bytes() == b"an older file"
+
+
 def test_a_write_that_skips_nothing_reports_nothing(tmp_path):
     report = beton.DatasetWriter(tmp_path / "ok.beton", FIELDS, num_workers=0, progress=False,
                                  on_error="skip").from_indexed_dataset([(i, np.zeros(2, np.float32)) for i in range(3)])

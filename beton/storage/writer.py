@@ -84,7 +84,8 @@ class DatasetWriter:
             back as ``Reader.metadata``; at most 16 MiB of JSON. Without it (None or empty) the file is
             format version 1, byte for byte as before; with it, version 2 (see docs/format.md).
         on_error: "fail" (default): a sample that cannot be read or encoded fails the write; "skip": it is left
-            out, and the report that ``from_indexed_dataset``/``from_iterable`` return lists it.
+            out, and the report that ``from_indexed_dataset``/``from_iterable`` return lists it (if every sample
+            is skipped, the write fails with a WriterError whose ``skipped`` lists them).
     """
 
     def __init__(
@@ -174,6 +175,8 @@ class DatasetWriter:
                     bar.update(chunk.num_items)
                     if chunk.skipped:
                         bar.set_postfix(skipped=len(skipped), refresh=False)
+                if skipped and builder.num_samples == 0:
+                    raise _all_skipped(self.path, skipped)
                 builder.commit()
             except OSError as error:  # the dataset's and the fields' own errors arrive wrapped, not as OSError
                 builder.abort()
@@ -254,6 +257,15 @@ def _sigterm_cleans_up() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
         if received:  # also when the cleanup raised something else: the sender asked for the process to end
             signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
+
+
+def _all_skipped(path: str, skipped: list[SampleProblem]) -> WriterError:
+    """Skipping every sample is no dataset but a bug or the wrong data: the write fails (the target is kept)."""
+    first = skipped[0]
+    error = WriterError(f"every one of the {len(skipped)} samples was skipped, so nothing was written; the first, "
+                        f"sample {first.index}: {first.describe()}")
+    error.path, error.skipped = path, tuple(skipped)
+    return error
 
 
 def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:

@@ -283,6 +283,9 @@ class _Rows:
                         position += 1
                         yield values
                     row += 1
+        if position == 0 and self.skipped:  # an empty file would hide it: fail (the target is kept)
+            first = self.skipped[0]
+            raise ConversionError(f"every row was skipped; the first: {first.source}: {first.reason}")
 
     def _last_end(self, position: int) -> tuple[int, int]:
         file, first_row = self._yielded[-1]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from beton._version import __version__
-from beton.errors import BetonError, DatasetError, EncodeError
+from beton.errors import BetonError, DatasetError, EncodeError, WriterError
 from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.storage.writer import ON_ERROR, DatasetWriter, sample_problem
@@ -112,9 +112,10 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
     """Write ``samples`` (an indexed dataset when ``indexed``, else an iterable) and report it.
 
     ``source_name(i)`` names sample i's source (its index in the dataset, or its position in the iterable);
-    ``skipped_before`` are sources the converter itself left out before they became samples (in the order met).
-    With ``on_error="fail"`` the first bad source raises :class:`ConversionError` naming it; the target file
-    is then left as it was.
+    ``skipped_before`` are sources the converter itself left out before they became samples (in the order met;
+    the converter raises ConversionError if it skips every source before any becomes a sample). With
+    ``on_error="fail"`` the first bad source raises :class:`ConversionError` naming it, as does skipping every
+    source with ``on_error="skip"``; the target file is then left as it was.
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -134,16 +135,19 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
             raise
         raise ConversionError(f"{source_name(error.sample)}: {sample_problem(error.sample, error).describe()} "
                               "(on_error='skip', --on-error skip, leaves such sources out)") from error
+    except WriterError as error:
+        if not getattr(error, "skipped", None):
+            raise
+        first = error.skipped[0]
+        raise ConversionError(f"every source was skipped ({len(error.skipped)} plus {len(list(skipped_before))} "
+                              f"before encoding); {output} is left as it was; the first: "
+                              f"{source_name(first.index)}: {first.describe()}") from error
     skipped = list(skipped_before) + [SkippedSource(source_name(p.index), p.describe()) for p in result.skipped]
     counted = collections.Counter(problem.message for problem in result.warnings)
     notes = list(notes) + [f"{count} sample{'s' if count != 1 else ''} {message}" for message, count in counted.items()]
     seconds = time.perf_counter() - start
-    report = ConversionReport(output, result.num_samples, {name: field.describe() for name, field in fields.items()},
-                              dict(metadata), tuple(skipped), tuple(notes), seconds, os.path.getsize(output))
-    if report.num_samples == 0 and skipped:
-        raise ConversionError(f"every source was skipped, {output} holds no samples; the first: "
-                              f"{skipped[0].source}: {skipped[0].reason}")
-    return report
+    return ConversionReport(output, result.num_samples, {name: field.describe() for name, field in fields.items()},
+                            dict(metadata), tuple(skipped), tuple(notes), seconds, os.path.getsize(output))
 
 
 def _size(count: int) -> str:

@@ -191,6 +191,7 @@ class _Samples:
         self.skipped.append(SkippedSource(source, reason))
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        yielded = 0
         for path in self.paths:
             for key, members in _groups(path, self._refuse):
                 source = f"{path} {key}"
@@ -200,7 +201,11 @@ class _Samples:
                     self._refuse(source, str(bad))
                     continue
                 self._names.append(source)
+                yielded += 1
                 yield (*values, key) if self.keep_key else tuple(values)
+        if yielded == 0 and self.skipped:  # an empty file would hide it: fail (the target is kept)
+            first = self.skipped[0]
+            raise ConversionError(f"every sample was skipped; the first: {first.source}: {first.reason}")
 
     def _values(self, members: dict[str, bytes]) -> list[Any]:
         used = set()
