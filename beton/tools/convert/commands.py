@@ -4,7 +4,7 @@ Every converter prints its :class:`~beton.tools.convert.report.ConversionReport`
 throughput, fields, class names, notes, and every skipped source with its reason); ``--report FILE.json`` also
 writes it as JSON. Exit status: 0 when the file was written (also when ``--on-error skip`` left sources out:
 they are listed), 1 when the conversion failed (the first bad source is named) or every source was skipped
-(the output path is then left as it was), 2 for bad arguments.
+(either way the output path is left as it was), 2 for bad arguments.
 """
 
 from __future__ import annotations
