@@ -4,12 +4,12 @@
     python benchmarks/fuzz.py --replay CASE [--keep DIR]       # one case again, in this process
 
 Seed files cover every built-in field kind (int, float, ndarray, torch tensor, bytes, JSON, and images stored
-raw, JPEG, lossless 8/16-bit, progressive and scan-grouped progressive), a field of an unregistered type, and
-the two FFCV files of tests/data/ffcv. Case n picks a seed file and a mutation from a generator seeded with n:
-structure-aware changes of every table (header counts and table references, field records, their strings -
-hostile JSON and dtypes -, any member of any data-table record, allocations, page checksums; for FFCV files
-its header, descriptors, metadata and allocation table), or byte-level flips, writes, splices, truncations
-and extensions. Beton files are then re-signed (every CRC32 recomputed wherever the header's references lie
+raw, JPEG, lossless 8/16-bit, progressive and scan-grouped progressive), a field of an unregistered type, a
+file with file-level metadata (format version 2), and the two FFCV files of tests/data/ffcv. Case n picks a
+seed file and a mutation from a generator seeded with n: structure-aware changes of every table (header counts
+and table references, field records, their strings - hostile JSON and dtypes -, any member of any data-table
+record, allocations, page checksums, the metadata table; for FFCV files its header, descriptors, metadata and
+allocation table), or byte-level flips, writes, splices, truncations and extensions. Beton files are then re-signed (every CRC32 recomputed wherever the header's references lie
 inside the file): checksums protect against accidents, not against whoever edits a file. Half of the byte-level
 damage to beton files is left unsigned instead - an accident (a bad disk, a broken copy) - and must be flagged:
 ``beton.verify`` raises, or every sample still reads as in the intact file.
@@ -93,9 +93,10 @@ def make_seed_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         def to_python(self, metadata: Any, payload: Any) -> Any:
             return None
 
-    def write(name: str, fields: dict, samples: list, page_size: int = 4096) -> None:
+    def write(name: str, fields: dict, samples: list, page_size: int = 4096, metadata: dict | None = None) -> None:
         path = folder / f"{name}.beton"
-        writer = beton.DatasetWriter(path, fields, num_workers=0, page_size=page_size, progress=False)
+        writer = beton.DatasetWriter(path, fields, num_workers=0, page_size=page_size, progress=False,
+                                     metadata=metadata)
         writer.from_indexed_dataset(_Samples(samples))
         made[name] = path
 
@@ -119,6 +120,8 @@ def make_seed_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         write(name, {"image": field, "label": IntField()},
               [(_image(i, 24, 32, channels, dtype), i) for i in range(8)])  # one size: default pipelines load it
     write("opaque", {"x": Opaque(), "label": IntField()}, [(i, i) for i in range(6)], page_size=256)
+    write("metadata", {"label": IntField(), "meta": JSONField()}, [(i, {"i": i}) for i in range(6)], page_size=256,
+          metadata={"classes": {"label": [f"class {i}" for i in range(6)]}, "source": {"format": "fuzz"}})
     for mode in ("raw", "jpg"):
         path = folder / f"ffcv_{mode}.beton"
         path.write_bytes(gzip.decompress((FFCV_FIXTURES / f"ffcv_v2_{mode}.beton.gz").read_bytes()))
@@ -152,6 +155,7 @@ class Parts:
     data_dtype: np.dtype
     allocations: np.ndarray  # ALLOCATION_DTYPE, flat
     checksums: bytearray | None = None  # None: recomputed from the heap
+    metadata: bytes | None = None  # the metadata table of a version-2 file
 
     @classmethod
     def of(cls, content: bytes, data_dtype: np.dtype) -> Parts:
@@ -161,10 +165,13 @@ class Parts:
         table = {name: content[int(header[0][name]["offset"]) :][: int(header[0][name]["size"])]
                  for name in ("field_table", "data_table", "allocation_table")}
         records_size = int(header[0]["num_fields"]) * fmt.FIELD_RECORD_DTYPE.itemsize
+        metadata = None
+        if int(header[0]["version"]) >= fmt.METADATA_VERSION:
+            metadata = content[int(header[0]["metadata"]["offset"]) :][: int(header[0]["metadata"]["size"])]
         return cls(header, bytearray(content[fmt.HEAP_OFFSET :][: int(header[0]["heap_size"])]),
                    np.frombuffer(table["field_table"][:records_size], fmt.FIELD_RECORD_DTYPE).copy(),
                    bytearray(table["field_table"][records_size:]), bytearray(table["data_table"]), data_dtype,
-                   np.frombuffer(table["allocation_table"], fmt.ALLOCATION_DTYPE).copy())
+                   np.frombuffer(table["allocation_table"], fmt.ALLOCATION_DTYPE).copy(), metadata=metadata)
 
     def assemble(self) -> bytes:
         from beton.storage import format as fmt
@@ -178,6 +185,8 @@ class Parts:
         header["heap_size"] = len(heap)
         tables = {"field_table": self.records.tobytes() + bytes(self.strings), "data_table": bytes(self.data),
                   "allocation_table": self.allocations.tobytes(), "page_checksums": checksums}
+        if self.metadata is not None:
+            tables["metadata"] = self.metadata
         for name, blob in tables.items():
             out += bytes(-len(out) % 64)
             header[name]["offset"], header[name]["size"], header[name]["crc32"] = len(out), len(blob), zlib.crc32(blob)
@@ -208,7 +217,7 @@ def resign(content: bytes) -> bytes:
         crcs = [zlib.crc32(out[at : min(at + page_size, heap_end)])
                 for at in range(fmt.HEAP_OFFSET, fmt.HEAP_OFFSET + count * page_size, page_size)]
         out[pages[0] : pages[1]] = np.array(crcs, "<u4").tobytes()
-    for name in ("field_table", "data_table", "allocation_table", "page_checksums"):
+    for name in ("field_table", "data_table", "allocation_table", "page_checksums", "metadata"):
         where = span(name)
         if where:
             record[name]["crc32"] = zlib.crc32(out[where[0] : where[1]])
@@ -283,7 +292,10 @@ def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator)
     from beton.storage import format as fmt
 
     parts = Parts.of(content, data_dtype)
-    what = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap"][rng.integers(9)]
+    kinds = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap"]
+    if parts.metadata is not None:
+        kinds += ["metadata"] * 3
+    what = kinds[rng.integers(len(kinds))]
     if what == "header":
         member = leaves(fmt.HEADER_DTYPE)[rng.integers(len(leaves(fmt.HEADER_DTYPE)))]
         if member[0] in ("magic", "reserved", "header_crc32", "version", "header_size"):
@@ -327,6 +339,8 @@ def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator)
                        (("offset",), ("size",))[rng.integers(2)], rng)
     elif what == "checksums":
         parts.checksums = bytearray(rng.integers(0, 256, int(rng.integers(0, 64)) * 4, dtype=np.uint8).tobytes())
+    elif what == "metadata":
+        parts.metadata = HOSTILE_STRINGS[rng.integers(len(HOSTILE_STRINGS))](rng).encode("utf-8", "surrogatepass")
     else:
         what = "heap"
         for _ in range(int(rng.integers(1, 16))):

@@ -21,6 +21,10 @@ from beton.storage.writer import DatasetWriter
 
 from beton._version import __version__
 
+# The Python faces of ``beton convert`` and ``beton show``: ``beton.convert.imagefolder(...)`` works after
+# ``import beton`` (they are modules, so they are not in __all__).
+from beton import convert, show  # noqa: E402  (after the names they use)
+
 __all__ = [
     "DatasetWriter",
     "Loader",

@@ -181,3 +181,59 @@ def test_every_rank_keeps_the_composition_when_its_part_is_whole_batches():
     for rank in range(2):
         mine = shard(order, rank, 2, drop_last=True)
         assert [int((modes[mine[b : b + 16]] == 0).sum()) for b in range(0, len(mine), 16)] == [4] * 4
+
+
+def test_plans_state_the_file_size_and_keep_a_size_bound(jpeg_file, tmp_path):
+    with beton.Reader(jpeg_file) as reader:
+        source_size = len(reader.file_map)
+        unbounded = plan_mix(reader, "image", profile(1e12), batch_size=16)
+        bound = int(source_size * 1.5)
+        bounded = plan_mix(reader, "image", profile(1e12), batch_size=16, max_bytes=bound)
+        nothing_fits = plan_mix(reader, "image", profile(1e12), batch_size=16, max_bytes=source_size // 2)
+    assert unbounded.raw_fraction == 1 and unbounded.size_before == source_size and unbounded.growth > 2
+    assert 0 < len(bounded.raw_samples) < len(JPEGS) and bounded.size_after <= bound
+    assert bounded.max_bytes == bound and "(at most" in bounded.describe()
+    assert len(nothing_fits.raw_samples) == 0
+    for name, plan in (("all", unbounded), ("bounded", bounded), ("none", nothing_fits)):
+        output = tmp_path / f"{name}.beton"
+        write_balanced(jpeg_file, output, "image", plan.raw_samples, num_workers=0, progress=False)
+        assert output.stat().st_size == plan.size_after, name  # the size is computed, not estimated
+    with beton.Reader(jpeg_file) as reader:  # one more raw image per batch would not have fitted
+        larger = plan_mix(reader, "image", profile(1e12), batch_size=16, max_bytes=bounded.size_after * 10)
+        more = np.sort(np.concatenate([bounded.raw_samples, np.setdiff1d(larger.raw_samples,
+                                                                          bounded.raw_samples)[:9]]))
+        from beton.tools.tune import balanced_size
+
+        assert balanced_size(reader, "image", more) > bound
+
+
+def test_tune_says_when_the_file_grows_and_max_size_bounds_it(jpeg_file, tmp_path):
+    grown = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "--batch-size", "16",
+                            "--read-bandwidth", "1000000"], capture_output=True, text=True)
+    assert grown.returncode == 0, grown.stderr
+    assert "file size: " in grown.stdout and "note: the balanced file is" in grown.stdout
+    output = tmp_path / "bounded.beton"
+    bounded = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "-o", str(output),
+                              "--batch-size", "16", "--read-bandwidth", "1000000", "--max-size", "2x",
+                              "--num-workers", "0"], capture_output=True, text=True)
+    assert bounded.returncode == 0, bounded.stderr
+    assert "note:" not in bounded.stdout and output.stat().st_size <= 2 * jpeg_file.stat().st_size
+    bad = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "--max-size", "0.5x"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "at least 1x" in bad.stderr
+
+
+def test_tune_says_plainly_when_there_is_no_image_field(tmp_path):
+    path = write(tmp_path / "labels.beton", {"label": IntField()}, [(i,) for i in range(4)])
+    done = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(path)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "has no image field to tune" in done.stderr and "'label' (IntField)" in done.stderr
+    assert "image fields: []" not in done.stderr
+
+
+def test_the_balanced_file_keeps_the_metadata(tmp_path):
+    source = write(tmp_path / "m.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+                   [(jpeg, i) for i, jpeg in enumerate(JPEGS[:8])], metadata={"classes": {"label": ["a"] * 8}})
+    write_balanced(source, tmp_path / "b.beton", "image", np.array([1, 2]), num_workers=0, progress=False)
+    with beton.Reader(tmp_path / "b.beton") as reader:
+        assert reader.metadata == {"classes": {"label": ["a"] * 8}}

@@ -77,7 +77,7 @@ def test_convert_imagefolder(tmp_path):
     result = run("convert", "imagefolder", source, output, "--max-resolution", "48", "--jpeg-quality", "80",
                  "--num-workers", "1")
     assert result.returncode == 0, result.stderr
-    assert "labels: 0=cat, 1=dog" in result.stdout
+    assert "classes of 'label': 0=cat, 1=dog" in result.stdout
     with beton.Reader(output) as reader:
         assert len(reader) == 6
         assert [reader[i][1] for i in range(6)] == [0, 0, 0, 1, 1, 1]

@@ -51,10 +51,10 @@ def test_wrong_magic(mixed_file, tmp_path):
 def test_future_version_is_refused_by_name(mixed_file, tmp_path):
     def bump_version(data):
         header = np.frombuffer(bytes(data[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()
-        header["version"] = fmt.FORMAT_VERSION + 1
+        header["version"] = max(fmt.SUPPORTED_VERSIONS) + 1
         return header_bytes(header[0]) + data[fmt.HEADER_SIZE :]
 
-    with pytest.raises(FormatError, match="version 2 is newer"):
+    with pytest.raises(FormatError, match="version 3 is newer than the supported versions 1 and 2"):
         beton.Reader(damaged_copy(mixed_file, tmp_path, bump_version))
 
 

@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("beton.loader",),
     ("beton.tools",),
     # faces: the package's top-level names and FFCV's import paths, which gather names from every layer
-    ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv"),
+    ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv",
+     "beton.convert", "beton.show"),
 ]
 
 

@@ -213,6 +213,11 @@ class Loader:
         count = len(mine) // self.batch_size if self.drop_last else -(-len(mine) // self.batch_size)
         return [mine[b * self.batch_size : (b + 1) * self.batch_size] for b in range(count)]
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The file's metadata (class names, source, ...; see ``Reader.metadata``), a new dict on each access."""
+        return self.reader.metadata
+
     def __len__(self) -> int:
         per_rank = len(shard(self.indices, self.rank, self.world_size, self.drop_last))
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)

@@ -3,11 +3,19 @@
 A chunk is a list of consecutive samples; encoding it returns the rows (already in the data table's dtype)
 and every payload, in order. The parent process alone decides where payloads go in the file, so the file
 does not depend on which worker encoded what.
+
+What happened to single samples travels back with the chunk as :class:`SampleProblem` entries: samples left
+out because their value could not be read or encoded (only when the writer skips them, ``on_error="skip"``),
+and what :func:`warn_sample` reported while a sample was read or encoded. The report is collected in a context
+variable set around each sample, not through the ``warnings`` module, whose capture is process-wide (two
+writers encoding in threads of one process would swap each other's warnings filters).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,15 +24,71 @@ import numpy as np
 from beton.errors import BetonError, DatasetError, EncodeError, error_context, locate
 from beton.fields.base import EncodeContext, Field
 
+__all__ = ["SampleWarning", "SampleProblem", "sample_problem", "warn_sample", "EncodeSpec", "EncodedChunk",
+           "ChunkItem", "encode_chunk"]
+
+
+class SampleWarning(UserWarning):
+    """What :func:`warn_sample` issues when no write is collecting warnings."""
+
+
+# The warnings of the sample being encoded in this thread (None outside encoding): a ContextVar, so that writers
+# running in several threads of one process each collect their own.
+_SAMPLE_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("beton_sample_warnings",
+                                                                                     default=None)
+
+
+def warn_sample(message: str) -> None:
+    """Report something about the sample being written that did not stop it (an alpha channel dropped, say).
+
+    Called from a dataset's ``__getitem__`` or a field's ``encode`` during a write, the message goes to the
+    write's :class:`~beton.storage.writer.WriteReport` with the sample's index, and is not printed; anywhere
+    else it is issued as a :class:`SampleWarning`.
+    """
+    collected = _SAMPLE_WARNINGS.get()
+    if collected is None:
+        warnings.warn(SampleWarning(message), stacklevel=2)
+    else:
+        collected.append(str(message))
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleProblem:
+    """A sample that was skipped, or that warned (:class:`SampleWarning`), while it was written."""
+
+    index: int  # in the dataset (an iterable's: the position it came at)
+    kind: str  # the exception's or warning's class name (for a DatasetError, the dataset's own exception's)
+    message: str  # without the location (file, sample), which the index and field give
+    field: str | None = None  # the field being encoded, when known
+
+    def describe(self) -> str:
+        """The problem in words, e.g. "field 'image': JPEG is truncated..." or "OSError: [Errno 2] ..."."""
+        where = f"field {self.field!r}: " if self.field else ""
+        return where + (self.message if self.kind in _SELF_EXPLAINING else f"{self.kind}: {self.message}")
+
+
+_SELF_EXPLAINING = {"EncodeError", "DatasetError", "SampleWarning"}  # their messages need no class name
+
+
+def sample_problem(index: int, error: BetonError) -> SampleProblem:
+    """The problem a sample's DatasetError or EncodeError describes: a DatasetError by the dataset's own
+    exception (its cause), which says what went wrong."""
+    cause = error.__cause__ if isinstance(error, DatasetError) and error.__cause__ is not None else error
+    message = Exception.__str__(cause) if isinstance(cause, BetonError) else str(cause)
+    return SampleProblem(index, type(cause).__name__, message, error.field)
+
+
 @dataclasses.dataclass(frozen=True)
 class EncodeSpec:
-    """Everything a worker needs to encode samples: the fields, the row dtype, the seed, the file name."""
+    """Everything a worker needs to encode samples: the fields, the row dtype, the seed, the file name, and
+    whether samples that cannot be read or encoded are left out (``skip_errors``) instead of failing the write."""
 
     path: str
     names: tuple[str, ...]
     fields: tuple[Field, ...]
     data_dtype: np.dtype
     seed: int
+    skip_errors: bool = False
 
     @property
     def payload_fields(self) -> tuple[int, ...]:
@@ -33,11 +97,22 @@ class EncodeSpec:
 
 @dataclasses.dataclass
 class EncodedChunk:
-    """Encoded samples: rows of the data table and, per sample, one payload per payload field."""
+    """Encoded samples: rows of the data table and, per sample, one payload per payload field.
+
+    ``num_items`` counts the chunk's samples before any was skipped (the next chunk starts that many positions
+    on); ``skipped`` and ``warned`` say what happened to single samples.
+    """
 
     first_position: int
     rows: np.ndarray
     payloads: list[list[bytes]]
+    num_items: int = -1  # -1: as many as rows
+    skipped: list[SampleProblem] = dataclasses.field(default_factory=list)
+    warned: list[SampleProblem] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.num_items < 0:
+            self.num_items = len(self.rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +130,25 @@ class ChunkItem:
 
 
 def encode_chunk(spec: EncodeSpec, dataset: Any, items: Sequence[ChunkItem]) -> EncodedChunk:
-    rows = []
-    payloads = []
+    rows, payloads, kept, skipped, warned = [], [], [], [], []
     for item in items:
-        sample = _fetch(spec, dataset, item)
-        metadata, sample_payloads = _encode_sample(spec, sample, item)
+        collected: list[str] = []
+        token = _SAMPLE_WARNINGS.set(collected)
+        try:
+            sample = _fetch(spec, dataset, item)
+            metadata, sample_payloads = _encode_sample(spec, sample, item)
+        except (DatasetError, EncodeError) as error:  # the sample's own data; never a dead worker or Ctrl-C
+            if not spec.skip_errors:
+                raise
+            skipped.append(sample_problem(item.dataset_index, error))
+            continue
+        finally:
+            _SAMPLE_WARNINGS.reset(token)
+            warned += [SampleProblem(item.dataset_index, SampleWarning.__name__, message) for message in collected]
         rows.append(metadata)
         payloads.append(sample_payloads)
-    return EncodedChunk(items[0].position, _rows_array(spec, rows, items), payloads)
+        kept.append(item)
+    return EncodedChunk(items[0].position, _rows_array(spec, rows, kept), payloads, len(items), skipped, warned)
 
 
 def _rows_array(spec: EncodeSpec, rows: list[tuple], items: Sequence[ChunkItem]) -> np.ndarray:

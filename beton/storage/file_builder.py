@@ -139,9 +139,10 @@ class _Record:
 class FileBuilder:
     """Owns the temporary file of one write; see the module docstring."""
 
-    def __init__(self, spec: EncodeSpec, page_size: int) -> None:
+    def __init__(self, spec: EncodeSpec, page_size: int, metadata: bytes | None = None) -> None:
         self._spec = spec
         self._page_size = page_size
+        self._metadata = metadata  # the metadata table's bytes (a version-2 file), or None (version 1)
         self._payload_fields = spec.payload_fields
         handle, self._temp_path = create_temporary(spec.path)
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
@@ -151,10 +152,12 @@ class FileBuilder:
         self._rows: list[np.ndarray] = []
         self._allocations: list[np.ndarray] = []
         self.num_samples = 0
+        self._next_position = 0  # of the next chunk: samples written plus samples skipped
 
     def add(self, chunk: EncodedChunk) -> None:
-        if chunk.first_position != self.num_samples:
-            raise WriterError(f"chunk for sample {chunk.first_position} arrived at {self.num_samples}")
+        if chunk.first_position != self._next_position:
+            raise WriterError(f"chunk for sample {chunk.first_position} arrived at {self._next_position}")
+        self._next_position += chunk.num_items
         allocations = np.zeros((len(chunk.payloads), len(self._payload_fields)), fmt.ALLOCATION_DTYPE)
         for row, payloads in enumerate(chunk.payloads):
             pieces = self._pieces(chunk.rows[row])
@@ -205,6 +208,8 @@ class FileBuilder:
             ).tobytes(),
             "page_checksums": page_checksums.tobytes(),
         }
+        if self._metadata is not None:
+            tables["metadata"] = self._metadata
         header = np.zeros((), fmt.HEADER_DTYPE)
         position = fmt.HEAP_OFFSET + self._heap.size
         for name, blob in tables.items():
@@ -237,7 +242,7 @@ class FileBuilder:
 
     def _fill_header(self, header: np.ndarray, num_pages: int) -> None:
         header["magic"] = fmt.MAGIC
-        header["version"] = fmt.FORMAT_VERSION
+        header["version"] = fmt.FORMAT_VERSION if self._metadata is None else fmt.METADATA_VERSION
         header["header_size"] = fmt.HEADER_SIZE
         header["page_size"] = self._page_size
         header["num_samples"] = self.num_samples

@@ -1,4 +1,4 @@
-"""The on-disk layout of a ``.beton`` file, format version 1: the single source of truth.
+"""The on-disk layout of a ``.beton`` file, format versions 1 and 2: the single source of truth.
 
 Every record is a little-endian numpy structured dtype defined here; ``docs/format.md`` describes the same
 bytes in prose and ``tests/test_format.py`` pins every itemsize and offset.
@@ -18,6 +18,7 @@ bytes in prose and ``tests/test_format.py`` pins every itemsize and offset.
                         | data table                    |  one fixed-width record per sample (fields' metadata)
                         | allocation table              |  ALLOCATION_DTYPE x num_samples x num_payload_fields
                         | page checksum table           |  CRC32 (<u4) of every heap page
+                        | metadata table (version 2)    |  UTF-8 JSON object: the dataset's own description
                         +-------------------------------+ end of file
 
 Why it looks like this:
@@ -34,6 +35,11 @@ Why it looks like this:
   without a search, and exact sizes (bytes and JSON come back with their true length).
 * **Checksums**: CRC32 of the header, of every table, and of every page. Tables are checked on open (cheap);
   pages by :func:`beton.storage.verify`, which reads the whole file.
+* **Versions name what a file uses, not who wrote it.** A file is written as version 1 unless it has file-level
+  metadata; then it is version 2, whose only addition is the metadata table (its reference sits in header bytes
+  that version 1 reserves). A reader that knows only version 1 refuses a version-2 file by its version number
+  instead of misreading it, and every file without metadata stays byte-identical to what version-1 writers
+  produced.
 * **Field records keep full UTF-8 names and JSON constructor arguments** (never pickle), plus the metadata
   dtype, so a file describes itself even where the field's class cannot be imported.
 """
@@ -45,10 +51,15 @@ from collections.abc import Iterable
 import numpy as np
 
 MAGIC = b"\x89BETON\r\n"  # non-ASCII first byte and CR LF catch text-mode transfers, as PNG's magic does
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # files without file-level metadata: byte for byte what every beton has written
+METADATA_VERSION = 2  # version 1 plus the metadata table
+SUPPORTED_VERSIONS = (FORMAT_VERSION, METADATA_VERSION)
 HEADER_SIZE = 256
 HEAP_OFFSET = 4096
 DEFAULT_PAGE_SIZE = 8 * 1024 * 1024
+#: Largest metadata table a writer writes and a reader accepts: class names of the largest label sets (ImageNet-21k's
+#: 21,841 synsets are about 0.5 MiB of JSON) fit many times over; more is data, which belongs in a field.
+MAX_METADATA_BYTES = 16 * 1024 * 1024
 MIN_PAGE_SIZE = 256  # small pages are allowed so that tests can exercise page boundaries cheaply
 MAX_PAGE_SIZE = 1 << 32
 
@@ -73,7 +84,8 @@ HEADER_DTYPE = np.dtype(
         ("data_table", TABLE_REF_DTYPE),
         ("allocation_table", TABLE_REF_DTYPE),
         ("page_checksums", TABLE_REF_DTYPE),
-        ("reserved", "S92"),
+        ("metadata", TABLE_REF_DTYPE),  # version 2; all zero in version 1 (where these bytes were reserved)
+        ("reserved", "S68"),
         ("header_crc32", "<u4"),  # CRC32 of the HEADER_SIZE - 4 bytes before it
     ]
 )

@@ -11,7 +11,9 @@ bounded by the file's size: counts against the tables that hold them; field-tabl
 (each distinct string decoded and parsed once, so records sharing a string cannot multiply the work); JSON
 nesting (:mod:`beton._json`); metadata dtypes against plain little-endian numbers; and every field's records
 against what the field can read (:meth:`~beton.fields.Field.check_records`: image modes, channels, sizes, the
-pixel cap, scan tables, lossless sizes), vectorised over the whole data table.
+pixel cap, scan tables, lossless sizes), vectorised over the whole data table. A version-2 file's metadata table
+(:mod:`beton.storage.metadata`) is checked like the other tables: bounds, padding, CRC32, then size, UTF-8, JSON
+nesting depth and that it is a JSON object.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, error_context, locate
+from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
 from beton.fields.ffcv_contract import field_from_arguments
@@ -39,6 +42,8 @@ from beton.storage.remote import RemoteFile, RemoteOptions, is_url, resolve_remo
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
 
 TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
+#: Tables of a version-2 file: version 1's, then the metadata table.
+TABLES_WITH_METADATA = (*TABLE_NAMES, "metadata")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Reader:
 
     Attributes:
         path, num_samples, page_size, num_pages, heap_offset, heap_size
+        metadata: the file-level metadata (a new dict on each access; empty for files written without it)
         fields: field name -> Field (an :class:`~beton.fields.UnknownField` where the class is not found)
         descriptors: field name -> :class:`FieldDescriptor`, as stored
         data_table: read-only memory-mapped structured array, one record per sample
@@ -146,9 +152,9 @@ class Reader:
             raise
 
     def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
-        self.format = f"beton v{fmt.FORMAT_VERSION}"
         self.checksummed = True
         self.header = _read_header(self._map)
+        self.format = f"beton v{int(self.header['version'])}"
         self.num_samples = int(self.header["num_samples"])
         self.page_size = int(self.header["page_size"])
         self.num_pages = int(self.header["num_pages"])
@@ -156,7 +162,11 @@ class Reader:
         self.heap_size = int(self.header["heap_size"])
         _check_layout(self.header, len(self._map))
         _check_gaps_are_zero(self._map, self.header)
-        tables = {name: self._table_bytes(name) for name in TABLE_NAMES}
+        tables = {name: self._table_bytes(name) for name in _table_names(self.header)}
+        self._metadata_json = b"{}"
+        if "metadata" in tables:
+            decode_metadata(tables["metadata"])  # checked on open, like every other table (its size first)
+            self._metadata_json = tables["metadata"].tobytes()
         self.descriptors = {d.name: d for d in _parse_field_table(tables["field_table"], self.header)}
         self.fields = _instantiate_fields(self.descriptors, custom_fields)
         num_columns = int(self.header["num_payload_fields"])
@@ -178,6 +188,7 @@ class Reader:
         self.format = f"FFCV v{ffcv_format.FFCV_VERSION} (read-only, no checksums)"
         self.checksummed = False
         self.header = None
+        self._metadata_json = b"{}"
         self.num_samples, self.page_size = tables.num_samples, tables.page_size
         self.heap_offset, self.heap_size = 0, len(self._map)  # FFCV pages are numbered from the file's start
         self.num_pages = fmt.page_count(self.heap_size, self.page_size)
@@ -228,6 +239,12 @@ class Reader:
             return fmt.data_table_dtype((d.name, d.metadata_dtype) for d in self.descriptors.values())
         except (TypeError, ValueError) as error:
             raise FormatError(f"the fields' metadata dtypes do not form a data table record: {error}") from None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The file-level metadata (``DatasetWriter(..., metadata=...)``) as a new dict: changing it changes
+        nothing else. Empty for files written without metadata and for FFCV files."""
+        return decode_metadata(self._metadata_json)
 
     @property
     def field_names(self) -> list[str]:
@@ -314,19 +331,27 @@ def _read_header(file_map: np.ndarray) -> np.void:
     if zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) != int(header["header_crc32"]):
         raise CorruptDataError("header checksum does not match")
     version = int(header["version"])
-    if version != fmt.FORMAT_VERSION:
-        newer = "newer than" if version > fmt.FORMAT_VERSION else "different from"
-        raise FormatError(f"format version {version} is {newer} the supported version {fmt.FORMAT_VERSION}")
+    if version not in fmt.SUPPORTED_VERSIONS:
+        supported = " and ".join(str(known) for known in fmt.SUPPORTED_VERSIONS)
+        newer = "newer than" if version > max(fmt.SUPPORTED_VERSIONS) else "not one of"
+        raise FormatError(f"format version {version} is {newer} the supported versions {supported}")
     if int(header["header_size"]) != fmt.HEADER_SIZE:
         raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
+    if version == fmt.FORMAT_VERSION and header["metadata"].tobytes().strip(b"\0"):
+        raise FormatError("a version-1 header has a metadata table reference (those bytes are reserved, zero)")
     return header
+
+
+def _table_names(header: np.void) -> tuple[str, ...]:
+    """The tables a file of this header's version has, in file order."""
+    return TABLES_WITH_METADATA if int(header["version"]) >= fmt.METADATA_VERSION else TABLE_NAMES
 
 
 def _regions(header: np.void) -> list[tuple[str, int, int]]:
     """Every region after the header: (name, start, end), in file order."""
     heap_start = int(header["heap_offset"])
     regions = [("heap", heap_start, heap_start + int(header["heap_size"]))]
-    for name in TABLE_NAMES:
+    for name in _table_names(header):
         offset = int(header[name]["offset"])
         regions.append((name, offset, offset + int(header[name]["size"])))
     return regions

@@ -8,7 +8,8 @@ Failure behaviour: a sample that cannot be encoded raises :class:`~beton.errors.
 and field; a dataset that raises gives :class:`~beton.errors.DatasetError` with the sample index; a worker
 process that dies, or a write to the file that fails (a full disk), gives :class:`~beton.errors.WriterError`
 instead of a hang or a bare ``OSError``. In every case the temporary file is deleted and the target path is
-left as it was.
+left as it was. With ``on_error="skip"`` a sample whose value cannot be read (``DatasetError``) or encoded
+(``EncodeError``) is left out instead, and the :class:`WriteReport` that writing returns lists it with the reason.
 
 SIGTERM (the usual "please stop" of job schedulers) is handled like Ctrl-C while a write runs in the main
 thread: the worker processes are stopped, the temporary file is deleted, and then the signal is raised again
@@ -21,12 +22,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import errno
 import itertools
 import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -36,16 +39,33 @@ from tqdm.auto import tqdm
 
 from beton.storage import format as fmt
 from beton._cores import resolve_workers
-from beton.storage.encode import ChunkItem, EncodedChunk, EncodeSpec, dataset_error, encode_chunk
+from beton.storage.encode import (ChunkItem, EncodedChunk, EncodeSpec, SampleProblem, SampleWarning, dataset_error,
+                                  encode_chunk, sample_problem, warn_sample)
 from beton.storage.file_builder import FileBuilder, field_table_bytes
+from beton.storage.metadata import encode_metadata
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
 from beton.fields.ffcv_contract import as_beton_field
 from beton.random import writer_shuffle
 
-__all__ = ["DatasetWriter"]
+__all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
+           "ON_ERROR"]
 
 DEFAULT_CHUNKSIZE = 100
+#: What the writer does with a sample whose value cannot be read or encoded: fail the write, or leave it out.
+ON_ERROR = ("fail", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteReport:
+    """What one write did: samples written, samples left out (``on_error="skip"``) and what samples reported
+    with :func:`~beton.storage.encode.warn_sample`, each naming the sample's index in the dataset."""
+
+    path: str
+    num_samples: int
+    skipped: tuple[SampleProblem, ...]
+    warnings: tuple[SampleProblem, ...]
+    seconds: float
 
 
 class DatasetWriter:
@@ -61,6 +81,12 @@ class DatasetWriter:
         progress: show a tqdm progress bar.
         start_method: multiprocessing start method for the workers (default "fork" where available, so
             datasets need not be picklable).
+        metadata: a JSON object describing the whole dataset (name, class names, source, license...), read
+            back as ``Reader.metadata``; at most 16 MiB of JSON. Without it (None or empty) the file is
+            format version 1, byte for byte as before; with it, version 2 (see docs/format.md).
+        on_error: "fail" (default): a sample that cannot be read or encoded fails the write; "skip": it is left
+            out, and the report that ``from_indexed_dataset``/``from_iterable`` return lists it (if every sample
+            is skipped, the write fails with a WriterError whose ``skipped`` lists them).
     """
 
     def __init__(
@@ -73,9 +99,14 @@ class DatasetWriter:
         seed: int = 0,
         progress: bool = True,
         start_method: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        on_error: str = "fail",
     ) -> None:
         self.path = os.fspath(path)
         _check_fields(fields)
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        self._metadata = encode_metadata(metadata)  # serialised now: later changes to the caller's dict do not count
         fields = {name: as_beton_field(field) for name, field in fields.items()}  # FFCV-style fields, adapted
         if not fmt.is_valid_page_size(page_size):
             raise FieldError(
@@ -85,7 +116,7 @@ class DatasetWriter:
         names = tuple(fields)
         field_objects = tuple(fields.values())
         data_dtype = fmt.data_table_dtype((name, field.metadata_dtype) for name, field in fields.items())
-        self._spec = EncodeSpec(self.path, names, field_objects, data_dtype, int(seed))
+        self._spec = EncodeSpec(self.path, names, field_objects, data_dtype, int(seed), on_error == "skip")
         try:
             field_table_bytes(self._spec)
         except (TypeError, ValueError) as error:
@@ -101,10 +132,14 @@ class DatasetWriter:
     def fields(self) -> dict[str, Field]:
         return dict(zip(self._spec.names, self._spec.fields))
 
+    @property
+    def on_error(self) -> str:
+        return "skip" if self._spec.skip_errors else "fail"
+
     def from_indexed_dataset(
         self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE,
         shuffle_indices: bool = False,
-    ) -> None:
+    ) -> WriteReport:
         """Write ``dataset[i]`` for i in ``indices`` (default: all of ``range(len(dataset))``), in that order.
 
         Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order. ``shuffle_indices``
@@ -115,18 +150,21 @@ class DatasetWriter:
         if shuffle_indices:
             order = writer_shuffle(self._spec.seed, order)
         items = (ChunkItem(position, index) for position, index in enumerate(order))
-        self._write(_chunks(items, chunksize), len(order), dataset)
+        return self._write(_chunks(items, chunksize), len(order), dataset)
 
     def from_iterable(
         self, iterable: Iterable[Any], length: int | None = None, chunksize: int = DEFAULT_CHUNKSIZE
-    ) -> None:
+    ) -> WriteReport:
         """Write every sample the iterable yields, in order; ``length`` only sizes the progress bar."""
-        self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
+        return self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
 
-    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> None:
+    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> WriteReport:
+        start = time.perf_counter()
+        skipped: list[SampleProblem] = []
+        warned: list[SampleProblem] = []
         with _sigterm_cleans_up():
             try:
-                builder = FileBuilder(self._spec, self.page_size)
+                builder = FileBuilder(self._spec, self.page_size, self._metadata)
             except OSError as error:
                 raise _io_error(self.path, error) from error
             encoded = self._encoded_chunks(chunks, dataset)
@@ -134,7 +172,13 @@ class DatasetWriter:
             try:
                 for chunk in encoded:
                     builder.add(chunk)
-                    bar.update(len(chunk.rows))
+                    skipped += chunk.skipped
+                    warned += chunk.warned
+                    bar.update(chunk.num_items)
+                    if chunk.skipped:
+                        bar.set_postfix(skipped=len(skipped), refresh=False)
+                if skipped and builder.num_samples == 0:
+                    raise _all_skipped(self.path, skipped)
                 builder.commit()
             except OSError as error:  # the dataset's and the fields' own errors arrive wrapped, not as OSError
                 builder.abort()
@@ -145,6 +189,7 @@ class DatasetWriter:
             finally:
                 encoded.close()  # stops and joins the worker processes now, also when an error is propagating
                 bar.close()
+        return WriteReport(self.path, builder.num_samples, tuple(skipped), tuple(warned), time.perf_counter() - start)
 
     def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
         if self.num_workers <= 1:
@@ -211,6 +256,15 @@ def _sigterm_cleans_up() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
         if received:  # also when the cleanup raised something else: the sender asked for the process to end
             signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
+
+
+def _all_skipped(path: str, skipped: list[SampleProblem]) -> WriterError:
+    """Skipping every sample is no dataset but a bug or the wrong data: the write fails (the target is kept)."""
+    first = skipped[0]
+    error = WriterError(f"every one of the {len(skipped)} samples was skipped, so nothing was written; the first, "
+                        f"sample {first.index}: {first.describe()}")
+    error.path, error.skipped = path, tuple(skipped)
+    return error
 
 
 def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:

@@ -1,13 +1,18 @@
 """The ``beton`` command.
 
-    beton info FILE                      fields with arguments, sizes, image size histogram
+    beton info FILE                      fields with arguments, sizes, image size histogram, metadata
     beton verify FILE                    every checksum; exit 1 naming the first bad page and sample
+    beton show FILE [-o GRID.png]        a PNG grid of samples, captioned with class names
     beton convert imagefolder SRC OUT    torchvision-style class folders -> image + label
     beton convert numpy IN.npz OUT       one field per array (same length)
     beton convert torch IN.pt OUT        a dict/tuple of same-length tensors, one field each
+    beton convert parquet IN... OUT      Parquet files (Hugging Face datasets), one field per column
+    beton convert webdataset SHARDS OUT  WebDataset tar shards, one field per extension
+    beton tune IN [-o OUT]               store some images raw so decoding and reading balance here
     beton bench [--quick]                the side-by-side benchmark suite
 
-Exit codes: 0 success, 1 the file is invalid or corrupt (or a conversion failed), 2 bad arguments.
+Exit codes: 0 success (for ``convert``: the file was written; sources left out by ``--on-error skip`` are
+listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments.
 Errors print as one line; ``--debug`` adds the traceback. Text taken from a file (names, arguments) is printed
 with control and formatting characters escaped, so a crafted file cannot drive the terminal.
 """
@@ -29,9 +34,10 @@ from beton.errors import BetonError
 from beton.codecs.image_record import IMAGE_MODES
 from beton.codecs.jpeg_scans import fidelity_bytes
 from beton.fields.ragged import RaggedArrayField
-from beton.fields.rgb_image import WRITE_MODES, RGBImageField
+from beton.fields.rgb_image import RGBImageField
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
+from beton.tools.convert.commands import add_convert_parser, byte_size
 
 __all__ = ["main", "describe"]
 
@@ -65,7 +71,23 @@ def describe(reader: Reader) -> str:
             lengths = reader.data_table[name]["length"]
             lines.append(f"      lengths (rows): min {int(lengths.min())}, median {float(np.median(lengths)):g}, "
                          f"99th percentile {float(np.percentile(lengths, 99)):g}, max {int(lengths.max())}")
+    lines += _metadata_lines(reader.metadata)
     return "\n".join(printable(line) for line in lines)
+
+
+_METADATA_WIDTH = 300  # characters of one metadata value shown; the rest is counted
+
+
+def _metadata_lines(metadata: dict) -> list[str]:
+    if not metadata:
+        return ["metadata:    none"]
+    lines = [f"metadata:    {len(metadata)} key{'s' if len(metadata) != 1 else ''}"]
+    for key, value in metadata.items():
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) > _METADATA_WIDTH:
+            text = f"{text[:_METADATA_WIDTH]}... ({len(text)} characters)"
+        lines.append(f"  {key!r}: {text}")
+    return lines
 
 
 def printable(text: str) -> str:
@@ -134,63 +156,91 @@ def _verify(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _convert_imagefolder(arguments: argparse.Namespace) -> int:
-    from beton.tools.convert import convert_image_folder
-
-    dataset = convert_image_folder(arguments.source, arguments.output, write_mode=arguments.write_mode,
-                                   max_resolution=arguments.max_resolution, jpeg_quality=arguments.jpeg_quality,
-                                   num_workers=arguments.num_workers)
-    print(f"wrote {len(dataset)} images of {len(dataset.classes)} classes to {arguments.output}")
-    print("labels: " + ", ".join(f"{label}={name}" for label, name in enumerate(dataset.classes)))
-    return 0
-
-
-def _convert_numpy(arguments: argparse.Namespace) -> int:
-    from beton.tools.convert import convert_arrays
-
-    with np.load(arguments.source, allow_pickle=False) as loaded:
-        arrays = {arguments.name: loaded} if isinstance(loaded, np.ndarray) else {k: loaded[k] for k in loaded.files}
-    convert_arrays(arrays, arguments.output, num_workers=arguments.num_workers)
-    print(f"wrote fields {list(arrays)} to {arguments.output}")
-    return 0
-
-
-def _convert_torch(arguments: argparse.Namespace) -> int:
-    import torch
-
-    from beton.tools.convert import convert_arrays
-
-    loaded = torch.load(arguments.source, map_location="cpu", weights_only=True)
-    if isinstance(loaded, torch.Tensor):
-        arrays = {arguments.name: loaded}
-    elif isinstance(loaded, dict):
-        arrays = dict(loaded)
-    elif isinstance(loaded, (list, tuple)):
-        arrays = {f"f{index}": tensor for index, tensor in enumerate(loaded)}
-    else:
-        raise BetonError(f"{arguments.source!r} holds a {type(loaded).__name__}; expected tensors in a dict, "
-                         "list or tuple")
-    convert_arrays(arrays, arguments.output, num_workers=arguments.num_workers)
-    print(f"wrote fields {list(arrays)} to {arguments.output}")
-    return 0
-
-
 def _tune(arguments: argparse.Namespace) -> int:
     from beton.tools.tune import tune
 
     bandwidth = arguments.read_bandwidth * 1e6 if arguments.read_bandwidth is not None else None
+    max_bytes = _max_size(arguments.max_size, os.path.getsize(arguments.source))
     profile, plan = tune(arguments.source, arguments.output, field=arguments.field, batch_size=arguments.batch_size,
                          cores=arguments.cores, read_bandwidth=bandwidth, output_size=arguments.output_size,
-                         num_workers=arguments.num_workers, progress=arguments.output is not None)
+                         num_workers=arguments.num_workers, progress=arguments.output is not None,
+                         max_bytes=max_bytes)
     source = "given" if bandwidth is not None else "measured"
     print(f"host: {profile.cores} decoding cores; JPEG decode {profile.decode_seconds_per_pixel * 1e9:.2f} ns/pixel "
           f"+ {profile.decode_seconds_per_byte * 1e9:.2f} ns/byte; rest of the pipeline "
           f"{profile.pipeline_seconds_per_image * 1e6:.0f} us/image; read {profile.read_bytes_per_second / 1e6:,.0f} "
           f"MB/s ({source})")
     print(plan.describe())
+    if plan.growth > _LARGE_GROWTH and max_bytes is None:
+        print(f"note: the balanced file is {plan.growth:.1f} times the size of the source (raw pixels take far more "
+              "bytes than JPEGs); --max-size bounds it (e.g. --max-size 2x or --max-size 10GiB)")
     if arguments.output is not None:
         print(f"wrote {arguments.output}: load it with order=OrderOption.BALANCED")
     return 0
+
+
+_LARGE_GROWTH = 2.0  # a plan that more than doubles the file is pointed out
+
+
+def _size_bound(text: str) -> tuple[str, float]:
+    """--max-size: ("bytes", n) for ``10GiB``, ("times", f) for a multiple of the source's size, ``2x``."""
+    if text.strip().lower().endswith("x"):
+        try:
+            factor = float(text.strip()[:-1])
+        except ValueError:
+            factor = -1.0
+        if factor < 1:
+            raise argparse.ArgumentTypeError(f"a multiple of the source's size is at least 1x, got {text!r}")
+        return "times", factor
+    return "bytes", byte_size(text)
+
+
+def _max_size(bound: tuple[str, float] | None, source_size: int) -> int | None:
+    if bound is None:
+        return None
+    kind, value = bound
+    return int(source_size * value) if kind == "times" else int(value)
+
+
+def _show(arguments: argparse.Namespace) -> int:
+    from beton.tools.show import grid
+
+    output = arguments.output or f"{arguments.file}.png"
+    pipelines = _load_pipelines(arguments.pipeline) if arguments.pipeline else None
+    indices = [int(i) for i in arguments.indices.split(",") if i] if arguments.indices else None
+    picture = grid(arguments.file, output, count=arguments.count, columns=arguments.columns, cell=arguments.cell,
+                   image_field=arguments.field, label_field=arguments.label, indices=indices, random=arguments.random,
+                   pipelines=pipelines, seed=arguments.seed, epoch=arguments.epoch, order=arguments.order,
+                   num_workers=arguments.num_workers)
+    print(f"wrote {output} ({picture.shape[1]}x{picture.shape[0]})")
+    return 0
+
+
+def _load_pipelines(spec: str) -> dict:
+    """``module:NAME`` or ``path/to/file.py:NAME``: a dict of pipelines, or a callable returning one. The user
+    names this code on the command line; nothing a file holds is ever imported."""
+    import importlib
+    import importlib.util
+
+    location, _, name = spec.rpartition(":")
+    if not location or not name:
+        raise ValueError(f"--pipeline must be MODULE:NAME or FILE.py:NAME, got {spec!r}")
+    if location.endswith(".py"):
+        module_spec = importlib.util.spec_from_file_location("beton_show_pipelines", location)
+        if module_spec is None or not os.path.isfile(location):
+            raise ValueError(f"--pipeline: no file {location!r}")
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(location)
+    if not hasattr(module, name):
+        raise ValueError(f"--pipeline: {location} has no {name!r}")
+    value = getattr(module, name)
+    value = value() if callable(value) else value
+    if not isinstance(value, dict):
+        raise ValueError(f"--pipeline: {spec} is a {type(value).__name__}; expected a dict of pipelines "
+                         "(field name -> list of operations) or a function returning one")
+    return value
 
 
 def _bench(arguments: argparse.Namespace) -> int:
@@ -213,33 +263,40 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
-    info.add_argument("file")
+    info.add_argument("file", help="the .beton (or FFCV) file")
     info.set_defaults(run=_info)
     check = commands.add_parser("verify", help="check every checksum; exit 1 naming the first bad page/sample")
-    check.add_argument("file")
+    check.add_argument("file", help="the .beton (or FFCV) file")
     check.set_defaults(run=_verify)
 
-    convert = commands.add_parser("convert", help="write a .beton file from another layout")
-    kinds = convert.add_subparsers(dest="kind", required=True, metavar="KIND")
-    folder = kinds.add_parser("imagefolder", help="class folders of images (labels from folder names)")
-    folder.add_argument("source", type=_existing_path, metavar="SRC_DIR")
-    folder.add_argument("output", metavar="OUT.beton")
-    folder.add_argument("--max-resolution", type=_positive, default=None)
-    folder.add_argument("--write-mode", choices=WRITE_MODES, default="jpg")
-    folder.add_argument("--jpeg-quality", type=_quality, default=90)
-    folder.set_defaults(run=_convert_imagefolder)
-    for name, runner, help_text in (("numpy", _convert_numpy, ".npy or .npz: one field per array"),
-                                    ("torch", _convert_torch, ".pt: a tensor, or a dict/list of tensors")):
-        sub = kinds.add_parser(name, help=help_text)
-        sub.add_argument("source", type=_existing_path, metavar="IN")
-        sub.add_argument("output", metavar="OUT.beton")
-        sub.add_argument("--name", default="data", help="field name for a single array")
-        sub.set_defaults(run=runner)
-    for sub in kinds.choices.values():
-        sub.add_argument("--num-workers", type=int, default=-1)
+    add_convert_parser(commands, escape=printable)
+
+    show = commands.add_parser("show", help="write a PNG grid of samples, captioned with their labels",
+                               description="Look at a file's images before training: as stored, or through the "
+                                           "pipelines training uses (--pipeline), exactly as the loader gives them.")
+    show.add_argument("file", type=_existing_path, metavar="FILE", help="the .beton file")
+    show.add_argument("-o", "--output", default=None, metavar="GRID.png", help="where to write (default FILE.png)")
+    show.add_argument("--count", type=_positive, default=32, help="images to show (default 32)")
+    show.add_argument("--columns", type=_positive, default=8, help="images per row (default 8)")
+    show.add_argument("--cell", type=_positive, default=160, metavar="PX",
+                      help="cell size for stored images (default 160; loader batches keep their size)")
+    show.add_argument("--field", default=None, help="the image field (default: the only one)")
+    show.add_argument("--label", default=None,
+                      help="the label field for captions (default: the one with class names in the metadata)")
+    show.add_argument("--indices", default=None, metavar="I,J,...", help="which samples (default: the first)")
+    show.add_argument("--random", action="store_true", help="stored images: random samples, drawn with --seed")
+    show.add_argument("--pipeline", default=None, metavar="MODULE:NAME",
+                      help="show the loader's first batch through these pipelines: a dict (field -> operations) "
+                           "or a function returning one, in a module or FILE.py")
+    show.add_argument("--seed", type=int, default=0, help="the loader's seed, or the random draw's (default 0)")
+    show.add_argument("--epoch", type=int, default=0, help="--pipeline: the epoch whose first batch to show")
+    show.add_argument("--order", choices=("sequential", "random", "quasi_random"), default="random",
+                      help="--pipeline: the loader's order (default random)")
+    show.add_argument("--num-workers", type=int, default=1, help="--pipeline: loader threads (default 1)")
+    show.set_defaults(run=_show)
 
     tuning = commands.add_parser("tune", help="store some images raw so decoding and reading balance on this host")
-    tuning.add_argument("source", type=_existing_path, metavar="IN.beton")
+    tuning.add_argument("source", type=_existing_path, metavar="IN.beton", help="the file to plan for")
     tuning.add_argument("-o", "--output", default=None, metavar="OUT.beton", help="write the balanced file")
     tuning.add_argument("--field", default=None, help="the image field (default: the only one)")
     tuning.add_argument("--batch-size", type=_positive, default=64, help="same raw count in every batch of this size")
@@ -247,7 +304,11 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("--read-bandwidth", type=float, default=None, metavar="MB/S",
                         help="plan for this read rate instead of measuring the file's storage")
     tuning.add_argument("--output-size", type=_positive, default=224, help="the crop decoders' output side")
-    tuning.add_argument("--num-workers", type=int, default=-1)
+    tuning.add_argument("--max-size", type=_size_bound, default=None, metavar="SIZE",
+                        help="bound the balanced file's size: bytes (10GiB, 500MB) or a multiple of the source's "
+                             "(2x); the plan is the best mix that fits")
+    tuning.add_argument("--num-workers", type=int, default=-1,
+                        help="processes writing the balanced file (default -1: every usable core)")
     tuning.set_defaults(run=_tune)
 
     bench = commands.add_parser("bench", help="run the side-by-side benchmark suite")
@@ -261,13 +322,6 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _quality(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must lie in 1..100, got {text}")
     return value
 
 

@@ -20,6 +20,10 @@ after dropping it from the page cache. Pass ``read_bandwidth`` to plan for other
 system, a throttled process cache). Images already stored raw in the source stay raw; progressive JPEGs are
 kept whole (as baseline-mode records); lossless images cannot be tuned. Decoding at a DCT scale (small crops
 of large JPEGs) costs less than the full-size decode measured here, so the plan then errs towards raw.
+
+Raw images are large (a 500x375 photo: 550 KiB raw, about 50 KiB as JPEG), so a plan can multiply the file's
+size: each plan states the size before and after, and ``max_bytes`` (``--max-size``) bounds it - the plan is
+then the best mix that fits.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import time
 from typing import Any
 
+import numba
 import numpy as np
 import simplejpeg
 
@@ -40,13 +45,19 @@ from beton.codecs.jpeg_scans import whole_jpeg
 from beton.fields.rgb_image import RGBImageField, decode_stored_image
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
+from beton.fields.base import Field
+from beton.storage.encode import EncodeSpec
+from beton.storage.file_builder import field_table_bytes
+from beton.storage.format import HEAP_OFFSET, data_table_dtype
+from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 from beton.storage.writer import DatasetWriter
 
 __all__ = ["HostProfile", "MixPlan", "measure_host", "measure_read_bandwidth", "plan_mix", "write_balanced",
-           "tune"]
+           "tune", "balanced_size", "balanced_fields"]
 
+_TABLE_ALIGNMENT = 64  # tables start at multiples of 64 (docs/format.md)
 _SAMPLE_IMAGES = 64
 _CALIBRATION_IMAGES = 512
 _BANDWIDTH_BYTES = 256 << 20
@@ -79,6 +90,14 @@ class MixPlan:
     num_samples: int
     batch_size: int
     predicted_images_per_s: dict[str, float]
+    size_before: int = 0  # bytes of the source file
+    size_after: int = 0  # bytes of the balanced file (computed as the writer lays it out)
+    max_bytes: int | None = None  # the bound the plan was asked to keep
+
+    @property
+    def growth(self) -> float:
+        """How many times larger the balanced file is predicted to be."""
+        return self.size_after / self.size_before if self.size_before else 1.0
 
     @property
     def raw_fraction(self) -> float:
@@ -91,8 +110,14 @@ class MixPlan:
 
     def describe(self) -> str:
         rates = ", ".join(f"{name} {rate:,.0f}" for name, rate in self.predicted_images_per_s.items())
+        bound = f" (at most {_mib(self.max_bytes)})" if self.max_bytes is not None else ""
         return (f"store {len(self.raw_samples)} of {self.num_samples} images raw ({self.raw_fraction:.1%}, "
-                f"{self.raw_per_batch} per batch of {self.batch_size}); predicted images/s: {rates}")
+                f"{self.raw_per_batch} per batch of {self.batch_size}); predicted images/s: {rates}\n"
+                f"file size: {_mib(self.size_before)} -> {_mib(self.size_after)}{bound}, x{self.growth:.1f}")
+
+
+def _mib(count: float) -> str:
+    return f"{count / (1 << 20):,.1f} MiB"
 
 
 def measure_read_bandwidth(path: str | os.PathLike[str], max_bytes: int = _BANDWIDTH_BYTES) -> float:
@@ -192,9 +217,11 @@ def _fit_decode_cost(pixels: np.ndarray, sizes: np.ndarray, seconds: np.ndarray)
 
 
 def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int = 64,
-             extra_cpu_seconds_per_image: float = 0.0) -> MixPlan:
+             extra_cpu_seconds_per_image: float = 0.0, max_bytes: int | None = None) -> MixPlan:
     """Choose the raw images (see the module docstring). ``extra_cpu_seconds_per_image``: CPU cost per image
-    that the measured crop pipeline does not have (heavier augmentations), the same for raw and JPEG images."""
+    that the measured crop pipeline does not have (heavier augmentations), the same for raw and JPEG images.
+    ``max_bytes``: the balanced file's size may not exceed it (the best mix within it is chosen; all JPEG if
+    none fits)."""
     metadata = reader.data_table[field]
     count = reader.num_samples
     sizes = reader.allocation_table[:, reader.descriptors[field].payload_column]["size"].astype(np.float64)
@@ -217,23 +244,42 @@ def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int =
         io = read / profile.read_bytes_per_second
         return count / np.maximum(np.maximum(cpu, io), 1e-12)
 
+    def chosen(taken: int) -> np.ndarray:
+        return np.sort(np.concatenate([np.flatnonzero(already_raw), ranked[:taken]])).astype(np.int64)
+
     rates = images_per_s(np.arange(len(ranked) + 1))
-    best = int(np.argmax(rates))
-    total_raw = _batch_aligned(best + int(already_raw.sum()), count, batch_size)
-    taken = int(np.clip(total_raw - already_raw.sum(), 0, len(ranked)))
-    raw_samples = np.sort(np.concatenate([np.flatnonzero(already_raw), ranked[:taken]]))
+    already = int(already_raw.sum())
+
+    def taken_at(per_batch: int) -> int:  # candidates taken for this many raw images per batch
+        return int(np.clip(_raw_count(per_batch, count, batch_size) - already, 0, len(ranked)))
+
+    per_batch = _per_batch(int(np.argmax(rates)) + already, count, batch_size)
+    size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+    if max_bytes is not None and size > max_bytes:  # the most raw images per batch within the bound
+        low, high = 0, per_batch - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if balanced_size(reader, field, chosen(taken_at(middle))) <= max_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        per_batch = low
+        size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+    taken = taken_at(per_batch)
     predicted = {"all JPEG": float(rates[0]), "all raw": float(images_per_s(np.array([len(ranked)]))[0]),
                  "balanced": float(images_per_s(np.array([taken]))[0])}
-    return MixPlan(raw_samples.astype(np.int64), count, batch_size, predicted)
+    return MixPlan(chosen(taken), count, batch_size, predicted, len(reader.file_map), size, max_bytes)
 
 
-def _batch_aligned(raw: int, count: int, batch_size: int) -> int:
-    """The raw count nearest ``raw`` for which every full batch holds the same number of raw images."""
+def _per_batch(raw: int, count: int, batch_size: int) -> int:
+    """Raw images per full batch nearest ``raw`` in all (with fewer samples than a batch: ``raw`` itself)."""
+    return raw if count < batch_size else round(raw * batch_size / count)
+
+
+def _raw_count(per_batch: int, count: int, batch_size: int) -> int:
+    """Raw images in all when every full batch holds ``per_batch`` (the last, partial one its share)."""
     full, rest = divmod(count, batch_size)
-    if full == 0:
-        return raw
-    per_batch = round(raw * batch_size / count)
-    return per_batch * full + round(per_batch * rest / batch_size)
+    return per_batch if full == 0 else per_batch * full + round(per_batch * rest / batch_size)
 
 
 class _BalancedSource:
@@ -265,33 +311,84 @@ class _BalancedSource:
         return tuple(values)
 
 
+def balanced_fields(reader: Reader, field: str) -> dict[str, Field]:
+    """The balanced file's fields: the source's, with ``field`` storing JPEG bytes as given and pixels raw."""
+    balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
+                                   scan_grouped=False)
+    return {name: balanced if name == field else f for name, f in reader.fields.items()}
+
+
+def balanced_size(reader: Reader, field: str, raw_samples: np.ndarray) -> int:
+    """The size in bytes of the balanced file :func:`write_balanced` writes: its heap packed as the writer packs
+    it (a payload crosses no page boundary unless it is larger than a page), then its tables, each aligned."""
+    column = reader.descriptors[field].payload_column
+    sizes = reader.allocation_table["size"].astype(np.int64)
+    records = reader.data_table[field]
+    pieces = reader.fields[field].read_pieces(records, None)
+    if pieces is not None:  # scan-grouped JPEGs are stored whole: their scans and the end marker
+        sizes[:, column] = pieces.sizes()
+    raw = records["height"].astype(np.int64) * records["width"] * records["channels"] * \
+        reader.fields[field].numpy_dtype.itemsize
+    sizes[raw_samples, column] = raw[raw_samples]
+    heap = _packed_heap_size(sizes.ravel(), reader.page_size)
+    fields = balanced_fields(reader, field)
+    data_dtype = data_table_dtype((name, f.metadata_dtype) for name, f in fields.items())
+    spec = EncodeSpec(reader.path, tuple(fields), tuple(fields.values()), data_dtype, 0)
+    metadata = encode_metadata(reader.metadata) or b""
+    tables = [len(field_table_bytes(spec)), reader.num_samples * data_dtype.itemsize, sizes.size * 16,
+              -(-heap // reader.page_size) * 4] + ([len(metadata)] if metadata else [])
+    position = HEAP_OFFSET + heap
+    for table in tables:
+        position += -position % _TABLE_ALIGNMENT + table
+    return position
+
+
+@numba.njit(cache=True)
+def _packed_heap_size(sizes: np.ndarray, page_size: int) -> int:
+    position = 0
+    for size in sizes:
+        used = position % page_size
+        if used and used + size > page_size:
+            position += page_size - used
+        position += size
+    return position
+
+
 def write_balanced(source: str | os.PathLike[str], output: str | os.PathLike[str], field: str,
                    raw_samples: np.ndarray, num_workers: int = -1, progress: bool = True) -> None:
     """Copy ``source`` to ``output`` with ``raw_samples`` of ``field`` stored raw, other JPEGs as they are."""
     with Reader(source) as reader:
-        balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
-                                       scan_grouped=False)
-        fields = {name: balanced if name == field else f for name, f in reader.fields.items()}
+        fields = balanced_fields(reader, field)
         page_size = reader.page_size
-    writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress)
+        metadata = reader.metadata
+    writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress,
+                           metadata=metadata)
     writer.from_indexed_dataset(_BalancedSource(os.fspath(source), field, np.asarray(raw_samples, np.int64)))
 
 
 def image_field(reader: Reader, field: str | None) -> str:
     """The image field to tune: the one named, or the file's only RGBImageField."""
     images = [name for name, f in reader.fields.items() if isinstance(f, RGBImageField)]
+    if not images:
+        described = ", ".join(f"{name!r} ({type(f).__name__})" for name, f in reader.fields.items())
+        raise FieldError(f"{reader.path} has no image field to tune: tune mixes raw and JPEG images of an "
+                         f"RGBImageField, and its fields are {described}")
     if field is None and len(images) == 1:
         return images[0]
     if field in images:
         return field
-    raise FieldError(f"{reader.path}: name one image field to tune (field=...); image fields: {images}")
+    if field is not None:
+        raise FieldError(f"{reader.path}: {field!r} is not an image field; image fields: {images}")
+    raise FieldError(f"{reader.path} has {len(images)} image fields: name the one to tune (field=..., --field); "
+                     f"image fields: {images}")
 
 
 def tune(source: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, field: str | None = None,
          batch_size: int = 64, cores: int | None = None, read_bandwidth: float | None = None,
          output_size: int = 224, extra_cpu_seconds_per_image: float = 0.0, num_workers: int = -1,
-         progress: bool = True) -> tuple[HostProfile, MixPlan]:
-    """Measure this host, plan the mix for ``source`` and, if ``output`` is given, write the balanced file."""
+         progress: bool = True, max_bytes: int | None = None) -> tuple[HostProfile, MixPlan]:
+    """Measure this host, plan the mix for ``source`` and, if ``output`` is given, write the balanced file
+    (its metadata carried over). ``max_bytes`` bounds the balanced file's size (see :func:`plan_mix`)."""
     with Reader(source) as reader:
         name = image_field(reader, field)
         if reader.fields[name].channels == 4 or reader.fields[name].dtype != "uint8":
@@ -299,7 +396,7 @@ def tune(source: str | os.PathLike[str], output: str | os.PathLike[str] | None =
         if np.any(reader.data_table[name]["mode"] == IMAGE_MODES["lossless"]):
             raise FieldError(f"{reader.path}: field {name!r} holds lossless images; tune mixes raw and JPEG")
         profile = measure_host(reader, name, cores, read_bandwidth, output_size)
-        plan = plan_mix(reader, name, profile, batch_size, extra_cpu_seconds_per_image)
+        plan = plan_mix(reader, name, profile, batch_size, extra_cpu_seconds_per_image, max_bytes)
     if output is not None:
         write_balanced(source, output, name, plan.raw_samples, num_workers, progress)
     return profile, plan

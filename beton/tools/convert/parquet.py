@@ -1,0 +1,355 @@
+"""Parquet files (the Hugging Face Hub's format, and ``datasets.Dataset.to_parquet``): one field per column.
+
+Needs pyarrow (``pip install 'beton[parquet]'``). Sources are Parquet files or folders (every ``*.parquet``
+under them, sorted); all must have the chosen columns with the same types. Rows are read a batch at a time,
+so memory holds one batch of rows (plus the writer's samples in flight), whatever the files' size.
+
+How a column becomes a field (``types={"column": kind}`` overrides the choice; the report lists every
+field):
+
+==============================================  ==========  ==========================================
+column                                          kind        field
+==============================================  ==========  ==========================================
+image struct ``{bytes, path}`` (HF ``Image``),  image       RGBImageField via ImageFileField (JPEGs
+or binary whose first value is an image file                stored as they are, every file checked)
+integers, booleans                              int         IntField (HF ``ClassLabel`` names go to the
+                                                            metadata: ``metadata["classes"][column]``)
+floats                                          float       FloatField
+fixed-size lists of numbers, HF ``Array2D..5D``  ndarray     NDArrayField of that dtype and shape
+other binary                                    bytes       BytesField
+strings, lists, structs, dates, anything else   json        JSONField (lists of any length: beton has no
+                                                            ragged array field yet; dates and times as
+                                                            ISO 8601 text, decimals as text)
+==============================================  ==========  ==========================================
+
+A null in a column whose field cannot hold one (all but json) is a bad row: the conversion fails naming the
+file and row, or with ``on_error="skip"`` the row is left out and listed in the report, as are rows whose image
+cannot be decoded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from beton import _json
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField
+from beton.fields.base import Field
+from beton.storage import format as fmt
+from beton.tools.convert.images import ImageOptions, sniff_image_format
+from beton.tools.convert.report import ConversionError, ConversionReport, SkippedSource, base_metadata, write
+
+__all__ = ["parquet", "COLUMN_KINDS", "parquet_files"]
+
+#: The kinds a column may be stored as (``types=`` overrides).
+COLUMN_KINDS = ("image", "int", "float", "ndarray", "bytes", "json")
+_BATCH_ROWS = 256
+_HF_ARRAYS = ("Array2D", "Array3D", "Array4D", "Array5D")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.parquet
+    except ImportError:
+        raise ConversionError("converting Parquet needs pyarrow: pip install 'beton[parquet]'") from None
+    return pyarrow
+
+
+def parquet_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The Parquet files ``sources`` name: files as given, folders searched for ``*.parquet`` (sorted)."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    files = []
+    for source in map(os.fspath, sources):
+        if os.path.isdir(source):
+            found = sorted(os.path.join(directory, name) for directory, _, names in os.walk(source)
+                           for name in names if name.endswith(".parquet") and not name.startswith("."))
+            if not found:
+                raise ConversionError(f"folder {source!r} holds no .parquet files")
+            files += found
+        elif os.path.isfile(source):
+            files.append(source)
+        else:
+            raise ConversionError(f"{source!r} does not exist")
+    if not files:
+        raise ConversionError("no Parquet files given")
+    return files
+
+
+def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *,
+            columns: Sequence[str] | None = None, types: Mapping[str, str] | None = None, on_error: str = "fail",
+            metadata: Mapping[str, Any] | None = None, num_workers: int = -1,
+            page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
+            **image_options: Any) -> ConversionReport:
+    """Write Parquet rows as samples, one field per column (see the module docstring).
+
+    Args:
+        sources: a Parquet file, a folder of them, or a list of both.
+        output: the .beton file to write.
+        columns: the columns to store, in this order (default: all, in the files' order).
+        types: column -> kind ("image", "int", "float", "ndarray", "bytes", "json"), overriding the choice.
+        on_error: "fail" or "skip" (rows with a null where the field cannot hold one, or a bad image).
+        metadata: extra file-level metadata (class names of HF ClassLabel columns and the sources are stored).
+        num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
+        image_options: :class:`~beton.tools.convert.images.ImageOptions` for image columns.
+    """
+    pa = _pyarrow()
+    files = parquet_files(sources)
+    schema = pa.parquet.read_schema(files[0])
+    names = list(columns) if columns is not None else list(schema.names)
+    _check_columns(files, schema, names, pa)
+    hf = _hf_features(schema)
+    unknown = set(types or {}) - set(names)
+    if unknown:
+        raise ConversionError(f"types= names columns that are not converted: {sorted(unknown)}")
+    plans = {name: _plan(name, schema.field(name).type, hf.get(name), (types or {}).get(name), files[0], pa,
+                         image_options) for name in names}
+    fields = {name: plan.field for name, plan in plans.items()}
+    classes = {name: feature["names"] for name, feature in hf.items()
+               if name in fields and isinstance(fields[name], IntField) and feature.get("_type") == "ClassLabel"
+               and isinstance(feature.get("names"), list)}
+    stored = base_metadata("parquet", {"files": [os.path.abspath(path) for path in files]}, classes, metadata)
+    rows = _Rows(files, names, plans, on_error, pa)
+    return write(output, fields, rows, indexed=False, source_name=rows.source_name, metadata=stored,
+                 on_error=on_error, length=rows.total, skipped_before=rows.skipped, num_workers=num_workers,
+                 page_size=page_size, progress=progress)
+
+
+def _check_columns(files: list[str], schema: Any, names: list[str], pa: Any) -> None:
+    missing = [name for name in names if name not in schema.names]
+    if missing:
+        raise ConversionError(f"{files[0]}: no column {missing[0]!r}; columns are {schema.names}")
+    if len(set(names)) != len(names) or not names:
+        raise ConversionError(f"columns must be distinct and at least one, got {names}")
+    for path in files[1:]:
+        other = pa.parquet.read_schema(path)
+        for name in names:
+            if name not in other.names:
+                raise ConversionError(f"{path}: no column {name!r}, which {files[0]} has")
+            if not other.field(name).type.equals(schema.field(name).type):
+                raise ConversionError(f"{path}: column {name!r} is {other.field(name).type}, in {files[0]} it is "
+                                      f"{schema.field(name).type}")
+
+
+def _hf_features(schema: Any) -> dict[str, dict]:
+    """The Hugging Face ``datasets`` feature of each column, from the schema's metadata (or nothing)."""
+    try:  # the file's text: parsed with beton's depth limit
+        info = _json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
+        features = info.get("info", {}).get("features", {})
+    except (ValueError, AttributeError):
+        return {}
+    return {name: feature for name, feature in features.items() if isinstance(feature, dict)} \
+        if isinstance(features, dict) else {}
+
+
+class _Plan:
+    """How one column's values become a field's values."""
+
+    def __init__(self, kind: str, field: Field, dtype: np.dtype | None = None, shape: tuple[int, ...] = ()) -> None:
+        self.kind, self.field, self.dtype, self.shape = kind, field, dtype, shape
+
+
+def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None, first_file: str, pa: Any,
+          image_options: Mapping[str, Any]) -> _Plan:
+    kind = override or _auto_kind(name, arrow_type, feature, first_file, pa)
+    if kind not in COLUMN_KINDS:
+        raise ConversionError(f"column {name!r}: kind must be one of {COLUMN_KINDS}, got {kind!r}")
+    types = pa.types
+    if kind == "image":
+        if not (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or _is_image_struct(arrow_type, pa)):
+            raise ConversionError(f"column {name!r} is {arrow_type}; images come from binary columns or "
+                                  "{bytes, path} structs")
+        return _Plan(kind, ImageOptions(**image_options).field())
+    if kind in ("int", "float"):
+        numeric = types.is_integer(arrow_type) or types.is_boolean(arrow_type) or \
+            (kind == "float" and types.is_floating(arrow_type))
+        if not numeric:
+            raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as {kind}")
+        return _Plan(kind, IntField() if kind == "int" else FloatField())
+    if kind == "ndarray":
+        dtype, shape = _array_layout(arrow_type, feature, pa)
+        if dtype is None:
+            raise ConversionError(f"column {name!r} is {arrow_type}: an ndarray column needs fixed-size lists of "
+                                  "numbers (or a Hugging Face Array2D..5D feature)")
+        return _Plan(kind, NDArrayField(dtype, shape), dtype, shape)
+    if kind == "bytes":
+        if not (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_string(arrow_type)
+                or types.is_large_string(arrow_type) or _is_image_struct(arrow_type, pa)):
+            raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as bytes")
+        return _Plan(kind, BytesField())
+    return _Plan("json", JSONField())
+
+
+def _auto_kind(name: str, arrow_type: Any, feature: dict | None, first_file: str, pa: Any) -> str:
+    types = pa.types
+    hf_type = (feature or {}).get("_type")
+    if hf_type == "Image" or (_is_image_struct(arrow_type, pa) and hf_type is None and
+                              _first_is_image(first_file, name, pa)):
+        return "image"
+    if types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
+        return "image" if _first_is_image(first_file, name, pa) else "bytes"
+    if _is_image_struct(arrow_type, pa):
+        return "bytes"  # {bytes, path} of something else (HF Audio, say)
+    if types.is_integer(arrow_type) or types.is_boolean(arrow_type):
+        return "int"
+    if types.is_floating(arrow_type):
+        return "float"
+    if _array_layout(arrow_type, feature, pa)[0] is not None:
+        return "ndarray"
+    return "json"
+
+
+def _is_image_struct(arrow_type: Any, pa: Any) -> bool:
+    return pa.types.is_struct(arrow_type) and {arrow_type.field(i).name for i in range(arrow_type.num_fields)} >= \
+        {"bytes", "path"}
+
+
+def _first_is_image(path: str, column: str, pa: Any) -> bool:
+    """Whether the column's first non-null value in ``path`` is an image file (decides binary columns)."""
+    for batch in pa.parquet.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=[column]):
+        for value in _binary_values(batch.column(0), pa):
+            if value is not None:
+                return sniff_image_format(value[:16]) is not None
+    return False
+
+
+def _array_layout(arrow_type: Any, feature: dict | None, pa: Any) -> tuple[np.dtype | None, tuple[int, ...]]:
+    """(dtype, shape) of fixed-shape numeric arrays: fixed-size lists, or a HF ArrayND with a full shape."""
+    if feature and feature.get("_type") in _HF_ARRAYS:
+        shape, dtype = feature.get("shape"), feature.get("dtype")
+        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) and isinstance(dtype, str):
+            try:
+                resolved = np.dtype(dtype)
+            except TypeError:
+                return None, ()
+            if resolved.kind in "biuf":
+                return resolved, tuple(shape)
+        return None, ()
+    shape = []
+    while pa.types.is_fixed_size_list(arrow_type):
+        shape.append(arrow_type.list_size)
+        arrow_type = arrow_type.value_type
+    if not shape or not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+                         or pa.types.is_boolean(arrow_type)):
+        return None, ()
+    return np.dtype(arrow_type.to_pandas_dtype()), tuple(shape)
+
+
+def _binary_values(column: Any, pa: Any) -> list[bytes | None]:
+    if pa.types.is_struct(column.type):
+        return column.field("bytes").to_pylist()
+    return column.to_pylist()
+
+
+class _Rows:
+    """The rows of every file as sample tuples, streamed a batch at a time; rows the converter itself refuses
+    (a null a field cannot hold) go to ``skipped`` (or raise, with on_error="fail")."""
+
+    def __init__(self, files: list[str], names: list[str], plans: Mapping[str, _Plan], on_error: str, pa: Any) -> None:
+        self.files, self.names, self.plans, self.on_error, self.pa = files, names, plans, on_error, pa
+        self.counts = [pa.parquet.ParquetFile(path).metadata.num_rows for path in files]
+        self.total = sum(self.counts)
+        self.skipped: list[SkippedSource] = []
+        self._yielded: list[tuple[int, int]] = []  # (file, first row) of each run of consecutive yielded rows
+        self._run_starts: list[int] = []  # the position of each run's first sample
+
+    def source_name(self, position: int) -> str:
+        import bisect
+
+        run = bisect.bisect_right(self._run_starts, position) - 1
+        file, first_row = self._yielded[run]
+        return f"{self.files[file]} row {first_row + position - self._run_starts[run]}"
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        position = 0
+        for number, path in enumerate(self.files):
+            row = 0
+            reader = self.pa.parquet.ParquetFile(path)
+            for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=self.names):
+                columns = [self._values(batch.column(i), self.plans[name], name) for i, name in enumerate(self.names)]
+                for values in zip(*columns):
+                    problem = next((value.reason for value in values if isinstance(value, _Bad)), None)
+                    if problem is not None:
+                        self._skip(f"{path} row {row}", problem)
+                    else:
+                        if not self._yielded or self._last_end(position) != (number, row):
+                            self._yielded.append((number, row))
+                            self._run_starts.append(position)
+                        position += 1
+                        yield values
+                    row += 1
+        if position == 0 and self.skipped:  # an empty file would hide it: fail (the target is kept)
+            first = self.skipped[0]
+            raise ConversionError(f"every row was skipped; the first: {first.source}: {first.reason}")
+
+    def _last_end(self, position: int) -> tuple[int, int]:
+        file, first_row = self._yielded[-1]
+        return file, first_row + position - self._run_starts[-1]
+
+    def _skip(self, source: str, reason: str) -> None:
+        if self.on_error == "fail":
+            raise ConversionError(f"{source}: {reason} (on_error='skip', --on-error skip, leaves such rows out)")
+        self.skipped.append(SkippedSource(source, reason))
+
+    def _values(self, column: Any, plan: _Plan, name: str) -> list[Any]:
+        pa = self.pa
+        if plan.kind in ("image", "bytes") and (pa.types.is_string(column.type) or
+                                                pa.types.is_large_string(column.type)):
+            values = [None if value is None else value.encode("utf-8") for value in column.to_pylist()]
+        elif plan.kind in ("image", "bytes"):
+            values = _binary_values(column, pa)
+        elif plan.kind == "ndarray":
+            values = _arrays(column, plan, pa)
+        elif plan.kind == "json":
+            values = _json_values(column, pa)
+        else:
+            values = column.to_pylist()
+        if plan.kind != "json":
+            what = "image" if plan.kind == "image" else f"{plan.kind} value"
+            values = [_Bad(f"column {name!r}: the {what} is null") if value is None else value for value in values]
+        return values
+
+
+class _Bad:
+    """A value the converter refuses, and why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _arrays(column: Any, plan: _Plan, pa: Any) -> list[np.ndarray | None]:
+    """A column of fixed-shape arrays as numpy arrays (one vectorised copy for fixed-size lists without nulls)."""
+    if pa.types.is_fixed_size_list(column.type) and column.null_count == 0:
+        flat = column
+        while pa.types.is_fixed_size_list(flat.type):
+            flat = flat.flatten()
+        if flat.null_count == 0:
+            values = flat.to_numpy(zero_copy_only=False).astype(plan.dtype, copy=False)
+            return list(values.reshape((len(column), *plan.shape)))
+    found = []
+    for value in column.to_pylist():
+        if value is None:
+            found.append(None)
+            continue
+        array = np.asarray(value, dtype=object)
+        if array.shape != plan.shape or any(item is None for item in array.ravel()):
+            found.append(_Bad(f"array of shape {array.shape} (or with nulls) where the column's type says "
+                              f"{plan.shape}"))
+            continue
+        found.append(array.astype(plan.dtype))
+    return found
+
+
+def _json_values(column: Any, pa: Any) -> list[Any]:
+    types = pa.types
+    if types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if types.is_temporal(column.type) or types.is_decimal(column.type):  # ISO 8601 text; decimals exactly
+        return [None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+                for value in column.to_pylist()]
+    return column.to_pylist()  # NaN stays NaN: JSONField refuses it, naming the row (never a silent null)

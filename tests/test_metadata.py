@@ -1,0 +1,213 @@
+"""File-level metadata: written only when given (version 2), read back equal, checked on open like every table."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import beton
+from beton.errors import CorruptDataError, FieldError, FormatError
+from beton.fields import IntField, JSONField
+from beton.storage import format as fmt
+from beton.storage.file_builder import header_bytes
+from beton.tools.cli import describe
+
+from conftest import write
+
+FIELDS = {"label": IntField(), "meta": JSONField()}
+SAMPLES = [(i, {"i": i}) for i in range(5)]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20)
+
+
+def written(tmp_path, metadata, name="m.beton"):
+    return write(tmp_path / name, FIELDS, SAMPLES, metadata=metadata)
+
+
+def version_of(path) -> int:
+    return int(np.frombuffer(pathlib.Path(path).read_bytes()[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]["version"])
+
+
+@given(metadata=st.dictionaries(st.text(min_size=1), json_values, min_size=1, max_size=5))
+def test_metadata_round_trips(tmp_path, metadata):
+    path = written(tmp_path, metadata)
+    with beton.Reader(path) as reader:
+        assert reader.metadata == metadata
+        assert reader.format == "beton v2" and [reader[i] for i in range(5)] == [tuple(s) for s in SAMPLES]
+    assert version_of(path) == fmt.METADATA_VERSION
+    beton.verify(path)
+
+
+def test_without_metadata_the_file_is_version_1_and_unchanged(tmp_path):
+    plain = written(tmp_path, None, "plain.beton").read_bytes()
+    assert written(tmp_path, {}, "empty.beton").read_bytes() == plain  # an empty object is no metadata
+    assert version_of(tmp_path / "plain.beton") == fmt.FORMAT_VERSION
+    assert plain[160:252] == bytes(92)  # the metadata reference and the reserved bytes: zero, as before
+    with beton.Reader(tmp_path / "plain.beton") as reader:
+        assert reader.metadata == {} and reader.format == "beton v1"
+
+
+def test_the_metadata_table_comes_last_and_adds_only_its_bytes(tmp_path):
+    plain = written(tmp_path, None, "plain.beton").read_bytes()
+    metadata = {"name": "digits", "classes": {"label": ["zero", "one"]}}
+    with_metadata = written(tmp_path, metadata, "meta.beton").read_bytes()
+    header = np.frombuffer(with_metadata[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]
+    ref = header["metadata"]
+    blob = json.dumps(metadata, separators=(",", ":")).encode()
+    assert int(ref["offset"]) % 64 == 0 and int(ref["offset"]) + int(ref["size"]) == len(with_metadata)
+    assert with_metadata[int(ref["offset"]) :] == blob and int(ref["crc32"]) == zlib.crc32(blob)
+    assert with_metadata[fmt.HEADER_SIZE : int(ref["offset"])].rstrip(b"\0") == plain[fmt.HEADER_SIZE :].rstrip(b"\0")
+
+
+def test_the_callers_metadata_is_read_once_and_never_changed(tmp_path):
+    metadata = {"classes": {"label": ["a", "b"]}}
+    writer = beton.DatasetWriter(tmp_path / "m.beton", FIELDS, num_workers=0, progress=False, metadata=metadata)
+    metadata["classes"]["label"].append("changed later")
+    writer.from_indexed_dataset(SAMPLES)
+    assert metadata == {"classes": {"label": ["a", "b", "changed later"]}}
+    with beton.Reader(tmp_path / "m.beton") as reader:
+        assert reader.metadata == {"classes": {"label": ["a", "b"]}}
+        reader.metadata["classes"]["label"].clear()  # a copy each time: the reader's own is untouched
+        assert reader.metadata == {"classes": {"label": ["a", "b"]}}
+
+
+@pytest.mark.parametrize("metadata, message", [
+    (["a"], "must be a mapping"),
+    ({1: "a"}, "keys must be strings"),
+    ({"x": float("nan")}, "not strict JSON"),
+    ({"x": object()}, "not strict JSON"),
+    ({"x": b"bytes"}, "not strict JSON"),
+])
+def test_the_writer_refuses_metadata_a_reader_would_refuse(tmp_path, metadata, message):
+    with pytest.raises(FieldError, match=message):
+        beton.DatasetWriter(tmp_path / "m.beton", FIELDS, metadata=metadata)
+    assert not (tmp_path / "m.beton").exists()
+
+
+def test_the_writer_refuses_metadata_too_large_or_too_deep(tmp_path, monkeypatch):
+    deep = {}
+    for _ in range(250):
+        deep = {"d": deep}
+    with pytest.raises(FieldError, match="nests 251 levels"):
+        beton.DatasetWriter(tmp_path / "m.beton", FIELDS, metadata=deep)
+    monkeypatch.setattr(fmt, "MAX_METADATA_BYTES", 100)
+    with pytest.raises(FieldError, match="more than the 100"):
+        beton.DatasetWriter(tmp_path / "m.beton", FIELDS, metadata={"x": "y" * 100})
+
+
+def resigned(path, out, metadata_blob=None, change_header=None, after_padding=b""):
+    """``path`` (a version-2 file) with its metadata table replaced, every CRC32 recomputed, as an attacker would."""
+    content = bytearray(pathlib.Path(path).read_bytes())
+    header = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()[0]
+    start = int(header["metadata"]["offset"])
+    if metadata_blob is not None:
+        content = content[:start] + after_padding + metadata_blob
+        header["metadata"]["offset"] = start + len(after_padding)
+        header["metadata"]["size"] = len(metadata_blob)
+        header["metadata"]["crc32"] = zlib.crc32(metadata_blob)
+    if change_header is not None:
+        change_header(header)
+    content[: fmt.HEADER_SIZE] = header_bytes(header)
+    out.write_bytes(bytes(content))
+    return out
+
+
+@pytest.mark.parametrize("blob, error, message", [
+    (b"\xff\xfe{}", FormatError, "not valid JSON"),
+    (b"[1, 2]", FormatError, "holds a JSON list, expected an object"),
+    (b'"text"', FormatError, "holds a JSON str"),
+    (b"{" + b'"a":[' * 300 + b"]" * 300 + b"}", FormatError, "levels deep"),
+    (b'{"a": 1', FormatError, "not valid JSON"),
+    (b'{"a": ' + b"9" * 5000 + b"}", FormatError, "not valid JSON"),
+])
+def test_hostile_metadata_tables_are_refused_on_open(tmp_path, blob, error, message):
+    source = written(tmp_path, {"name": "x"})
+    path = resigned(source, tmp_path / "bad.beton", blob)
+    with pytest.raises(error, match=message) as raised:
+        beton.Reader(path)
+    assert raised.value.path == str(path)
+
+
+def test_a_metadata_table_beyond_the_cap_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    source = written(tmp_path, {"name": "x" * 200})
+    monkeypatch.setattr(fmt, "MAX_METADATA_BYTES", 100)
+    with pytest.raises(FormatError, match="metadata table is 211 bytes, more than the 100 allowed"):
+        beton.Reader(source)
+
+
+def test_changed_metadata_bytes_fail_the_checksum_and_verify(tmp_path):
+    source = written(tmp_path, {"name": "digits"})
+    content = bytearray(source.read_bytes())
+    content[-3] ^= 1
+    damaged = tmp_path / "damaged.beton"
+    damaged.write_bytes(bytes(content))
+    with pytest.raises(CorruptDataError, match="checksum of the metadata does not match"):
+        beton.verify(damaged)
+
+
+def test_the_layout_around_the_metadata_table_is_checked(tmp_path):
+    source = written(tmp_path, {"name": "digits"})
+    blob = b'{"name":"digits"}'
+    with pytest.raises(CorruptDataError, match="padding before the metadata"):
+        beton.Reader(resigned(source, tmp_path / "a.beton", blob, after_padding=b"\1" * 64))
+    trailing = tmp_path / "b.beton"
+    trailing.write_bytes(source.read_bytes() + b"\0")
+    with pytest.raises(FormatError, match="the header says it ends at"):
+        beton.Reader(trailing)
+
+    def overlap(header):
+        header["metadata"]["offset"] = int(header["page_checksums"]["offset"])
+
+    with pytest.raises(FormatError, match="metadata at offset .* overlaps the page_checksums"):
+        beton.Reader(resigned(source, tmp_path / "c.beton", change_header=overlap))
+
+    def beyond(header):
+        header["metadata"]["size"] = 1 << 40
+
+    with pytest.raises(FormatError, match="metadata ends at offset"):
+        beton.Reader(resigned(source, tmp_path / "d.beton", change_header=beyond))
+
+
+def test_versions_say_which_tables_a_file_has(tmp_path):
+    with_metadata = written(tmp_path, {"name": "x"}, "v2.beton")
+
+    def as_version_1(header):
+        header["version"] = 1
+
+    with pytest.raises(FormatError, match="a version-1 header has a metadata table reference"):
+        beton.Reader(resigned(with_metadata, tmp_path / "v1.beton", change_header=as_version_1))
+    plain = written(tmp_path, None, "plain.beton")
+
+    def as_version_2(header):
+        header["version"] = 2
+
+    # a version-2 header whose metadata reference is zero: the table would start at offset 0, inside the header
+    with pytest.raises(FormatError, match="metadata at offset 0 overlaps"):
+        beton.Reader(resigned(plain, tmp_path / "v2-empty.beton", change_header=as_version_2))
+
+
+def test_info_prints_the_metadata_escaped_and_shortened(tmp_path):
+    metadata = {"name": "\x1b[2J\u202edigits", "classes": {"label": [f"class {i}" for i in range(200)]}}
+    with beton.Reader(written(tmp_path, metadata)) as reader:
+        text = describe(reader)
+    assert "metadata:    2 keys" in text and "\x1b" not in text and "\u202e" not in text
+    assert "'name': \"\\u001b[2J\\u202edigits\"" in text
+    assert '\'classes\': {"label": ["class 0", "class 1",' in text and "characters)" in text
+    with beton.Reader(written(tmp_path, None, "plain.beton")) as reader:
+        assert "metadata:    none" in describe(reader)
+
+
+def test_the_loader_gives_the_files_metadata(tmp_path):
+    path = written(tmp_path, {"classes": {"label": ["a", "b"]}})
+    with beton.Loader(path, batch_size=2, num_workers=0, pipelines={"meta": None}) as loader:
+        assert loader.metadata == {"classes": {"label": ["a", "b"]}}
