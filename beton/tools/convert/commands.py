@@ -224,7 +224,8 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
 
     table = kinds.add_parser("parquet", help="Parquet files or folders (Hugging Face datasets): one field per column",
                              description="Columns become fields: images (HF Image, or binary image files), ints, "
-                                         "floats, fixed-size numeric lists, bytes, and JSON for the rest. Needs "
+                                         "floats, fixed-size numeric lists (ndarray), variable-length numeric "
+                                         "lists (ragged arrays), bytes, and JSON for the rest. Needs "
                                          "pyarrow (pip install 'beton[parquet]').")
     table.add_argument("sources", nargs="+", type=_existing_path, metavar="IN",
                        help="Parquet files, or folders searched for *.parquet")

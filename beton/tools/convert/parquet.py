@@ -16,15 +16,21 @@ integers, booleans                              int         IntField (HF ``Class
                                                             metadata: ``metadata["classes"][column]``)
 floats                                          float       FloatField
 fixed-size lists of numbers, HF ``Array2D..5D``  ndarray     NDArrayField of that dtype and shape
+variable-length lists of numbers, or of         ragged      RaggedArrayField of that dtype, shape
+fixed-size lists of them; HF ``Sequence`` /                 ``(None, *inner sizes)``: ``list<int32>`` is
+``List`` of numbers, ArrayND with a ``None``                ``(None,)``, ``list<fixed_size_list<float,
+first dimension                                             4>>`` (boxes) ``(None, 4)`` (HF ``ClassLabel``
+                                                            names go to the metadata, as for ints)
 other binary                                    bytes       BytesField
-strings, lists, structs, dates, anything else   json        JSONField (lists of any length: beton has no
-                                                            ragged array field yet; dates and times as
-                                                            ISO 8601 text, decimals as text)
+strings, structs, dates, lists of strings or    json        JSONField (dates and times as ISO 8601 text,
+of lists whose lengths vary, anything else                  decimals as text)
 ==============================================  ==========  ==========================================
 
 A null in a column whose field cannot hold one (all but json) is a bad row: the conversion fails naming the
 file and row, or with ``on_error="skip"`` the row is left out and listed in the report, as are rows whose image
-cannot be decoded.
+cannot be decoded. For array columns that includes a null list (an empty list is an array of length 0), a null
+item inside a list, and an inner list whose length is not the column's (HF ArrayND columns store every
+dimension as a variable-length list).
 """
 
 from __future__ import annotations
@@ -36,18 +42,19 @@ from typing import Any
 import numpy as np
 
 from beton import _json
-from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField
+from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField
 from beton.fields.base import Field
 from beton.storage import format as fmt
+from beton.tools.convert.arrow_arrays import BadValue, fixed_arrays, fixed_layout, ragged_arrays, ragged_layout
 from beton.tools.convert.images import ImageOptions, sniff_image_format
 from beton.tools.convert.report import ConversionError, ConversionReport, SkippedSource, base_metadata, write
 
 __all__ = ["parquet", "COLUMN_KINDS", "parquet_files"]
 
 #: The kinds a column may be stored as (``types=`` overrides).
-COLUMN_KINDS = ("image", "int", "float", "ndarray", "bytes", "json")
+COLUMN_KINDS = ("image", "int", "float", "ndarray", "ragged", "bytes", "json")
 _BATCH_ROWS = 256
-_HF_ARRAYS = ("Array2D", "Array3D", "Array4D", "Array5D")
+_HF_LISTS = ("List", "LargeList", "Sequence")  # Sequence: datasets < 4
 
 
 def _pyarrow() -> Any:
@@ -92,7 +99,8 @@ def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
         sources: a Parquet file, a folder of them, or a list of both.
         output: the .beton file to write.
         columns: the columns to store, in this order (default: all, in the files' order).
-        types: column -> kind ("image", "int", "float", "ndarray", "bytes", "json"), overriding the choice.
+        types: column -> kind ("image", "int", "float", "ndarray", "ragged", "bytes", "json"), overriding the
+            choice.
         on_error: "fail" or "skip" (rows with a null where the field cannot hold one, or a bad image).
         metadata: extra file-level metadata (class names of HF ClassLabel columns and the sources are stored).
         num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
@@ -110,9 +118,11 @@ def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
     plans = {name: _plan(name, schema.field(name).type, hf.get(name), (types or {}).get(name), files[0], pa,
                          image_options) for name in names}
     fields = {name: plan.field for name, plan in plans.items()}
-    classes = {name: feature["names"] for name, feature in hf.items()
-               if name in fields and isinstance(fields[name], IntField) and feature.get("_type") == "ClassLabel"
-               and isinstance(feature.get("names"), list)}
+    classes = {}
+    for name in names:
+        labels = _class_names(hf.get(name), fields[name])
+        if labels is not None:
+            classes[name] = labels
     stored = base_metadata("parquet", {"files": [os.path.abspath(path) for path in files]}, classes, metadata)
     rows = _Rows(files, names, plans, on_error, pa)
     return write(output, fields, rows, indexed=False, source_name=rows.source_name, metadata=stored,
@@ -147,9 +157,21 @@ def _hf_features(schema: Any) -> dict[str, dict]:
         if isinstance(features, dict) else {}
 
 
+def _class_names(feature: dict | None, field: Field) -> list | None:
+    """The names of a HF ``ClassLabel`` column stored as ints, or of a list of them stored as ragged ints."""
+    if isinstance(field, RaggedArrayField) and isinstance(feature, dict) and feature.get("_type") in _HF_LISTS:
+        feature = feature.get("feature")
+    elif not isinstance(field, IntField):
+        return None
+    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and isinstance(feature.get("names"), list):
+        return feature["names"]
+    return None
+
+
 class _Plan:
     """How one column's values become a field's values."""
 
+    # dtype and shape: an ndarray column's values; a ragged column's rows (the shape after the varying dimension)
     def __init__(self, kind: str, field: Field, dtype: np.dtype | None = None, shape: tuple[int, ...] = ()) -> None:
         self.kind, self.field, self.dtype, self.shape = kind, field, dtype, shape
 
@@ -172,11 +194,19 @@ def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None
             raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as {kind}")
         return _Plan(kind, IntField() if kind == "int" else FloatField())
     if kind == "ndarray":
-        dtype, shape = _array_layout(arrow_type, feature, pa)
-        if dtype is None:
+        layout = fixed_layout(arrow_type, feature, pa)
+        if layout is None:
             raise ConversionError(f"column {name!r} is {arrow_type}: an ndarray column needs fixed-size lists of "
-                                  "numbers (or a Hugging Face Array2D..5D feature)")
-        return _Plan(kind, NDArrayField(dtype, shape), dtype, shape)
+                                  "numbers (or a Hugging Face Array2D..5D feature); lists of any length: ragged")
+        dtype, shape = layout
+        return _Plan(kind, NDArrayField(dtype, shape), dtype, shape)  # type: ignore[arg-type]
+    if kind == "ragged":
+        layout = ragged_layout(arrow_type, feature, pa)
+        if layout is None:
+            raise ConversionError(f"column {name!r} is {arrow_type}: a ragged column needs lists of numbers, or "
+                                  "lists of fixed-size lists of numbers (or a Hugging Face Array2D..5D feature)")
+        dtype, shape = layout
+        return _Plan(kind, RaggedArrayField(dtype, shape), dtype, shape[1:])  # type: ignore[arg-type]
     if kind == "bytes":
         if not (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_string(arrow_type)
                 or types.is_large_string(arrow_type) or _is_image_struct(arrow_type, pa)):
@@ -199,8 +229,10 @@ def _auto_kind(name: str, arrow_type: Any, feature: dict | None, first_file: str
         return "int"
     if types.is_floating(arrow_type):
         return "float"
-    if _array_layout(arrow_type, feature, pa)[0] is not None:
+    if fixed_layout(arrow_type, feature, pa) is not None:
         return "ndarray"
+    if ragged_layout(arrow_type, feature, pa) is not None:
+        return "ragged"
     return "json"
 
 
@@ -216,28 +248,6 @@ def _first_is_image(path: str, column: str, pa: Any) -> bool:
             if value is not None:
                 return sniff_image_format(value[:16]) is not None
     return False
-
-
-def _array_layout(arrow_type: Any, feature: dict | None, pa: Any) -> tuple[np.dtype | None, tuple[int, ...]]:
-    """(dtype, shape) of fixed-shape numeric arrays: fixed-size lists, or a HF ArrayND with a full shape."""
-    if feature and feature.get("_type") in _HF_ARRAYS:
-        shape, dtype = feature.get("shape"), feature.get("dtype")
-        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) and isinstance(dtype, str):
-            try:
-                resolved = np.dtype(dtype)
-            except TypeError:
-                return None, ()
-            if resolved.kind in "biuf":
-                return resolved, tuple(shape)
-        return None, ()
-    shape = []
-    while pa.types.is_fixed_size_list(arrow_type):
-        shape.append(arrow_type.list_size)
-        arrow_type = arrow_type.value_type
-    if not shape or not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
-                         or pa.types.is_boolean(arrow_type)):
-        return None, ()
-    return np.dtype(arrow_type.to_pandas_dtype()), tuple(shape)
 
 
 def _binary_values(column: Any, pa: Any) -> list[bytes | None]:
@@ -273,7 +283,7 @@ class _Rows:
             for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=self.names):
                 columns = [self._values(batch.column(i), self.plans[name], name) for i, name in enumerate(self.names)]
                 for values in zip(*columns):
-                    problem = next((value.reason for value in values if isinstance(value, _Bad)), None)
+                    problem = next((value.reason for value in values if isinstance(value, BadValue)), None)
                     if problem is not None:
                         self._skip(f"{path} row {row}", problem)
                     else:
@@ -304,45 +314,19 @@ class _Rows:
         elif plan.kind in ("image", "bytes"):
             values = _binary_values(column, pa)
         elif plan.kind == "ndarray":
-            values = _arrays(column, plan, pa)
+            values = fixed_arrays(column, plan.dtype, plan.shape, pa)
+        elif plan.kind == "ragged":
+            values = ragged_arrays(column, plan.dtype, plan.shape, pa)
         elif plan.kind == "json":
             values = _json_values(column, pa)
         else:
             values = column.to_pylist()
         if plan.kind != "json":
-            what = "image" if plan.kind == "image" else f"{plan.kind} value"
-            values = [_Bad(f"column {name!r}: the {what} is null") if value is None else value for value in values]
+            what = {"image": "image", "ragged": "list"}.get(plan.kind, f"{plan.kind} value")
+            values = [BadValue(f"column {name!r}: the {what} is null") if value is None else
+                      BadValue(f"column {name!r}: {value.reason}") if isinstance(value, BadValue) else value
+                      for value in values]
         return values
-
-
-class _Bad:
-    """A value the converter refuses, and why."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _arrays(column: Any, plan: _Plan, pa: Any) -> list[np.ndarray | None]:
-    """A column of fixed-shape arrays as numpy arrays (one vectorised copy for fixed-size lists without nulls)."""
-    if pa.types.is_fixed_size_list(column.type) and column.null_count == 0:
-        flat = column
-        while pa.types.is_fixed_size_list(flat.type):
-            flat = flat.flatten()
-        if flat.null_count == 0:
-            values = flat.to_numpy(zero_copy_only=False).astype(plan.dtype, copy=False)
-            return list(values.reshape((len(column), *plan.shape)))
-    found = []
-    for value in column.to_pylist():
-        if value is None:
-            found.append(None)
-            continue
-        array = np.asarray(value, dtype=object)
-        if array.shape != plan.shape or any(item is None for item in array.ravel()):
-            found.append(_Bad(f"array of shape {array.shape} (or with nulls) where the column's type says "
-                              f"{plan.shape}"))
-            continue
-        found.append(array.astype(plan.dtype))
-    return found
 
 
 def _json_values(column: Any, pa: Any) -> list[Any]:
