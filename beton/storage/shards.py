@@ -18,6 +18,7 @@ for a URL as for a path), not the other tables: opening a shard is left to whoev
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import os
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ __all__ = ["dataset_manifest", "index", "is_manifest_name", "Source"]
 Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]], Manifest]
 
 _GLOB_CHARACTERS = ("*", "?", "[")
+_MAX_CONCURRENT_HEADS = 16  # files whose headers are fetched at once when a dataset lists many URLs
 
 
 def is_manifest_name(path: str | os.PathLike[str]) -> bool:
@@ -53,23 +55,35 @@ def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | Non
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise ValueError("no shards given: name at least one file, glob or manifest")
-    parts = []
+    named: list[Manifest | str] = []  # manifests read, and files still to read, in order
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(f"a dataset is named by paths, URLs, globs or manifest files, got {type(item).__name__}")
         item = os.fspath(item)
         if is_manifest_name(item):
-            parts.append(read_manifest(item, storage_options=storage_options, remote_options=remote_options))
+            named.append(read_manifest(item, storage_options=storage_options, remote_options=remote_options))
         else:
-            parts += [_one_file(path, storage_options, remote_options) for path in _expand(item, storage_options)]
-    if len(parts) == 1:
-        return parts[0]
-    return _concatenate(parts)
+            named += _expand(item, storage_options)
+    files = _one_file_manifests([entry for entry in named if isinstance(entry, str)], storage_options, remote_options)
+    parts = [files[entry] if isinstance(entry, str) else entry for entry in named]
+    return parts[0] if len(parts) == 1 else _concatenate(parts)
 
 
-def _one_file(path: str, storage_options: Mapping[str, Any] | None, remote_options: RemoteOptions | None) -> Manifest:
-    head = read_head(path, storage_options=storage_options, remote_options=remote_options)
-    return Manifest.of([(path, head.num_samples, header_digest(head.header))], field_specs(head.descriptors))
+def _one_file_manifests(paths: list[str], storage_options: Mapping[str, Any] | None,
+                        remote_options: RemoteOptions | None) -> dict[str, Manifest]:
+    """A manifest of one shard per file, from its header and field table. URLs are read several at once (each costs
+    a few round trips), local files one after the other."""
+
+    def one(path: str) -> Manifest:
+        head = read_head(path, storage_options=storage_options, remote_options=remote_options)
+        return Manifest.of([(path, head.num_samples, header_digest(head.header))], field_specs(head.descriptors))
+
+    remote = sum(1 for path in paths if is_url(path))
+    if remote < 2:
+        return {path: one(path) for path in paths}
+    with concurrent.futures.ThreadPoolExecutor(min(remote, _MAX_CONCURRENT_HEADS),
+                                               thread_name_prefix="beton-head") as pool:
+        return dict(zip(paths, pool.map(one, paths)))  # in order: the first failure in order is raised
 
 
 def _concatenate(parts: list[Manifest]) -> Manifest:
