@@ -4,6 +4,7 @@ refused with an error naming the shard, field or key, and the target path is lef
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -20,7 +21,6 @@ from beton.codecs.jpeg_scans import progressive_prefix
 from beton.errors import CorruptDataError, FieldError, FormatError, ShardError
 from beton.fields import (BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField,
                           RGBImageField)
-from beton.storage import merge as merge_module
 from beton.storage.merge import merge
 from beton.storage.shards import index
 from beton.storage.writer import shard_range
@@ -220,7 +220,7 @@ def test_merge_streams_payloads_in_bounded_memory(tmp_path, monkeypatch):
     blob = np.random.default_rng(0).integers(0, 256, 512 * 1024, dtype=np.uint8).tobytes()
     samples = [(blob[i:] + blob[:i], i) for i in range(60)]
     paths = write_shards(tmp_path, fields, samples, [0, 20, 40, 60], page_size=1 << 20)
-    monkeypatch.setattr(merge_module, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(importlib.import_module("beton.storage.merge"), "CHUNK_BYTES", 1 << 20)
     tracemalloc.start()
     try:
         merge(tmp_path / "merged.beton", paths)
