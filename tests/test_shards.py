@@ -338,8 +338,7 @@ def test_index_and_merge_commands(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "30 samples from 3 shards" in result.stdout
     assert same_bytes(tmp_path / "merged.beton", whole)
-    (tmp_path / "meta.json").write_text('{"name": "set by hand"}')
-    assert run("merge", tmp_path / "set.beton", tmp_path / "train.json", "--metadata", tmp_path / "meta.json",
+    assert run("merge", tmp_path / "set.beton", tmp_path / "train.json", "--metadata", '{"name": "set by hand"}',
                "--page-size", "4KiB").returncode == 0
     assert beton.Reader(tmp_path / "set.beton").metadata == {"name": "set by hand"}
     assert run("merge", tmp_path / "bare.beton", tmp_path / "train.json", "--no-metadata").returncode == 0
@@ -357,7 +356,8 @@ def test_commands_report_errors_in_one_line(tmp_path):
     result = run("index", tmp_path / "m.manifest", good)
     assert result.returncode == 1 and "ends in .json" in result.stderr
     assert run("merge", tmp_path / "m.beton", good, "--page-size", "1000").returncode == 2
-    assert run("merge", tmp_path / "m.beton", good, "--metadata", "x.json", "--no-metadata").returncode == 2
+    assert run("merge", tmp_path / "m.beton", good, "--metadata", "{}", "--no-metadata").returncode == 2
+    assert run("merge", tmp_path / "m.beton", good, "--metadata", "[1]").returncode == 2
     result = run("merge", tmp_path / "m.beton", str(tmp_path / "none-*.beton"))
     assert result.returncode == 1 and "no file matches" in result.stderr
 

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beton import _json
 from beton._version import __version__
 from beton.errors import BetonError
 from beton.codecs.image_record import IMAGE_MODES
@@ -41,7 +40,7 @@ from beton.fields.rgb_image import RGBImageField
 from beton.storage import format as fmt
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
-from beton.tools.convert.commands import add_convert_parser, byte_size
+from beton.tools.convert.commands import add_convert_parser, byte_size, json_object
 
 __all__ = ["main", "describe"]
 
@@ -172,15 +171,9 @@ def _index(arguments: argparse.Namespace) -> int:
 def _merge(arguments: argparse.Namespace) -> int:
     from beton.storage.merge import merge
 
-    metadata: object = "shards"
+    metadata: object = "shards" if arguments.metadata is None else arguments.metadata  # {} sets none, as None
     if arguments.no_metadata:
         metadata = None
-    elif arguments.metadata is not None:
-        with open(arguments.metadata, "rb") as file:
-            try:
-                metadata = _json.loads(file.read())
-            except ValueError as error:
-                raise ValueError(f"--metadata {arguments.metadata}: not valid JSON: {error}") from None
     report = merge(arguments.output, arguments.shards, page_size=arguments.page_size, metadata=metadata)
     print(f"wrote {report.path}: {report.num_samples} samples from {len(report.shards)} shards "
           f"({report.seconds:.1f} s)")
@@ -319,8 +312,9 @@ def _parser() -> argparse.ArgumentParser:
     merging.add_argument("--page-size", type=_page_size, default=None, metavar="BYTES",
                          help="the merged file's page size (default: the first shard's)")
     choice = merging.add_mutually_exclusive_group()
-    choice.add_argument("--metadata", default=None, metavar="FILE.json",
-                        help="the merged file's metadata, a JSON object (default: the shards', which must agree)")
+    choice.add_argument("--metadata", type=json_object, default=None, metavar="JSON",
+                        help="the merged file's metadata, a JSON object such as '{\"name\": \"train\"}' "
+                             "(default: the shards', which must agree)")
     choice.add_argument("--no-metadata", action="store_true", help="write no file-level metadata")
     merging.set_defaults(run=_merge)
 
