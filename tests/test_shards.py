@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 import beton
 from beton.codecs.jpeg_scans import progressive_prefix
 from beton.errors import CorruptDataError, FieldError, FormatError, ShardError
-from beton.fields import (BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField,
-                          RGBImageField)
+from beton.fields import BytesField, FloatField, IntField, NDArrayField, RaggedArrayField, RGBImageField
 from beton.storage.merge import merge
 from beton.storage.shards import index
 from beton.storage.writer import shard_range

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from beton import _json, dtypes
-from beton.errors import FormatError, ShardError, error_context, locate
+from beton.errors import FormatError, ShardError, StorageError, error_context, locate
 from beton.storage.file_builder import create_temporary
 from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, resolve_remote_options
@@ -268,7 +268,14 @@ class Manifest:
         data = self.to_json(location)
         if is_url(location):
             fs, path = import_fsspec().core.url_to_fs(location, **dict(storage_options or {}))
-            fs.pipe_file(path, data)
+            try:
+                fs.pipe_file(path, data)
+            except NotImplementedError:
+                raise ValueError(f"cannot write {location}: its store ({type(fs).__name__}) does not write files; "
+                                 "write the manifest locally and upload it") from None
+            except Exception as error:  # the store's own errors (HTTP status, access denied...), said in one line
+                raise locate(StorageError(f"writing the manifest failed: {type(error).__name__}: {error}"),
+                             path=location) from error
             return
         handle, temporary = create_temporary(location)
         try:
@@ -484,7 +491,3 @@ def _url_directory(url: str) -> str:
         base = re.split(r"[?#]", url, maxsplit=1)[0]
     return base.rpartition("/")[0]
 
-
-def shard_error(location: str, message: str) -> ShardError:
-    """A ShardError located at ``location`` (a shard's path or URL)."""
-    return locate(ShardError(message), path=location)
