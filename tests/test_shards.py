@@ -7,8 +7,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pathlib
+import signal
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import numpy as np
@@ -304,6 +307,47 @@ def test_merge_needs_the_class_of_every_field(tmp_path):
     merge(tmp_path / "merged.beton", paths, custom_fields=CUSTOM)
     with beton.Reader(tmp_path / "merged.beton", custom_fields=CUSTOM) as reader:  # pointers renumbered: it opens
         assert len(reader) == len(samples)
+
+
+def merge_slowly(directory: str) -> None:
+    """Subprocess side of the SIGTERM test: a merge copying one small chunk every 50 ms."""
+    module = importlib.import_module("beton.storage.merge")
+    module.CHUNK_BYTES = 1024
+    copy = module._shard_chunks
+
+    def slow_chunks(reader, first_position):
+        for chunk in copy(reader, first_position):
+            time.sleep(0.05)
+            yield chunk
+            pathlib.Path(directory, "started").touch()  # the first chunk is in the builder: the merge is under way
+
+    module._shard_chunks = slow_chunks
+    shards = sorted(str(path) for path in pathlib.Path(directory).glob("part-*.beton"))
+    merge(pathlib.Path(directory, "merged.beton"), shards)
+
+
+def test_sigterm_during_a_merge_leaves_the_target_as_it_was_then_ends_the_process(tmp_path):
+    samples = [(bytes(1000), i) for i in range(200)]
+    write_shards(tmp_path, {"blob": BytesField(), "label": IntField()}, samples, [0, 100, 200])
+    (tmp_path / "merged.beton").write_bytes(b"an older file")
+    code = f"import sys, test_shards; test_shards.merge_slowly({str(tmp_path)!r})"
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                                                os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=environment)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert process.poll() is None and any(name.startswith("merged.beton.tmp-") for name in os.listdir(tmp_path))
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == -signal.SIGTERM, stderr.decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert sorted(os.listdir(tmp_path)) == ["merged.beton", "part-00000-of-00002.beton", "part-00001-of-00002.beton",
+                                            "started"]
+    assert (tmp_path / "merged.beton").read_bytes() == b"an older file"
 
 
 def test_merge_refuses_urls_as_output_and_bad_page_sizes(tmp_path):
