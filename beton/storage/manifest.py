@@ -258,8 +258,8 @@ class Manifest:
             return "[\n  " + ",\n  ".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n ]"
 
         head = json.dumps({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples})
-        text = f'{head[:-1]},\n "fields": {lines([f.to_json() for f in self.fields])},\n "shards": {lines(shards)}\n}}\n'
-        return text.encode("utf-8")
+        fields = lines([field.to_json() for field in self.fields])
+        return f'{head[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
 
     def write(self, location: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> None:
         """Write the manifest file: a local file atomically (a temporary file renamed into place), a URL as one
