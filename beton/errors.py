@@ -4,7 +4,8 @@
 
     BetonError                                  catch-all for beton's own errors
     ├── FormatError (ValueError)                not a beton file, unsupported version, bad offset/size
-    │   └── CorruptDataError                    a checksum does not match: the bytes changed after writing
+    │   ├── CorruptDataError                    a checksum does not match: the bytes changed after writing
+    │   └── ShardError                          shards do not fit together, or not their manifest
     ├── FieldError (ValueError)                 a field definition is wrong or its type cannot be found
     ├── EncodeError (ValueError)                a sample's value does not fit its field (wrong dtype, shape, type)
     ├── DecodeError (ValueError)                a stored payload cannot be decoded (e.g. invalid JSON, bad JPEG)
@@ -36,6 +37,7 @@ __all__ = [
     "BetonError",
     "FormatError",
     "CorruptDataError",
+    "ShardError",
     "FieldError",
     "EncodeError",
     "DecodeError",
@@ -84,6 +86,12 @@ class FormatError(BetonError, ValueError):
 
 class CorruptDataError(FormatError):
     """A checksum does not match: the bytes on disk are not the bytes that were written."""
+
+
+class ShardError(FormatError):
+    """The files of one dataset do not fit together: a shard's fields differ from the others' (the first difference
+    is named), a shard is not the file its manifest lists (its header changed, its sample count differs), or their
+    file-level metadata disagree where they are merged. ``path`` is the shard's path or URL."""
 
 
 class FieldError(BetonError, ValueError):

@@ -72,14 +72,25 @@ class EncodeContext:
 
     Encoding may run in any worker process in any order; keying the generator by (writer seed, sample
     position, field position) is what makes the written file identical whatever ``num_workers`` is.
+
+    ``sample`` is the position in the file being written; ``first_sample`` is where that file starts in the
+    whole dataset when it is one shard of it (``DatasetWriter.from_indexed_dataset(shard=...)``), else 0. The
+    generator is keyed by the position in the dataset, ``first_sample + sample``, so that shards written apart
+    and merged hold what one write of the dataset holds.
     """
 
     sample: int
     field: int
     seed: int
+    first_sample: int = 0
+
+    @property
+    def dataset_sample(self) -> int:
+        """The sample's position in the whole dataset (in the file, for a file that is not a shard)."""
+        return self.first_sample + self.sample
 
     def rng(self) -> np.random.Generator:
-        return encode_rng(self.seed, self.sample, self.field)
+        return encode_rng(self.seed, self.dataset_sample, self.field)
 
 
 class Field(abc.ABC):

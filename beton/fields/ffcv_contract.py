@@ -51,7 +51,7 @@ from beton.pipeline.ffcv_contract import FFCVOperation, follows_ffcv_contract
 from beton.pipeline.ffcv_memory import POINTER_BASE, POINTER_SPAN, pointer_of
 from beton.pipeline.operation import Operation
 
-__all__ = ["FFCVField", "as_beton_field", "field_from_arguments"]
+__all__ = ["FFCVField", "as_beton_field", "field_from_arguments", "move_pointers"]
 
 #: The longest base64 text 1024 bytes encode to.
 _MAX_ARGUMENT_TEXT = 4 * -(-ARG_TYPE.itemsize // 3)
@@ -232,6 +232,23 @@ def _pointers(records: np.ndarray, samples: np.ndarray) -> _Pointers:
         members[first] = name
         holds |= (values == own).any(axis=1)
     return _Pointers(foreign, members, holds)
+
+
+def move_pointers(records: np.ndarray, offset: int) -> None:
+    """Renumber, in place, the pointers that ``records`` (a writable array of an FFCV-contract field's records)
+    hold, for records moved ``offset`` samples on in a file (``beton merge`` puts a shard's samples after those of
+    the shards before it). The reader's check on open guarantees that every value in the pointer range is its own
+    record's pointer, so adding ``offset`` to those values, and only those, renumbers exactly the pointers."""
+    if records.dtype.names:
+        for name in records.dtype.names:
+            move_pointers(records[name], offset)
+    elif records.dtype.kind in "iu" and records.dtype.itemsize == 8:
+        values = records.astype(np.int64)  # as _integer_members reads them: a uint64 above 2**63 is no pointer
+        pointers = (values >= POINTER_BASE) & (values < POINTER_BASE + POINTER_SPAN)
+        moved = values[pointers] + offset
+        if moved.size and (moved.min() < POINTER_BASE or moved.max() >= POINTER_BASE + POINTER_SPAN):
+            raise FieldError(f"moving records {offset} samples takes a payload pointer out of the pointer range")
+        records[pointers] = moved.astype(records.dtype)
 
 
 def _integer_members(array: np.ndarray, path: tuple[str, ...] = ()) -> Iterator[tuple[str, np.ndarray]]:

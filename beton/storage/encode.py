@@ -80,8 +80,9 @@ def sample_problem(index: int, error: BetonError) -> SampleProblem:
 
 @dataclasses.dataclass(frozen=True)
 class EncodeSpec:
-    """Everything a worker needs to encode samples: the fields, the row dtype, the seed, the file name, and
-    whether samples that cannot be read or encoded are left out (``skip_errors``) instead of failing the write."""
+    """Everything a worker needs to encode samples: the fields, the row dtype, the seed, the file name, whether
+    samples that cannot be read or encoded are left out (``skip_errors``) instead of failing the write, and where
+    the file starts in the dataset when it is one shard of it (``first_sample``)."""
 
     path: str
     names: tuple[str, ...]
@@ -89,6 +90,7 @@ class EncodeSpec:
     data_dtype: np.dtype
     seed: int
     skip_errors: bool = False
+    first_sample: int = 0  # where the file starts in the dataset, for a shard (EncodeContext.first_sample)
 
     @property
     def payload_fields(self) -> tuple[int, ...]:
@@ -193,8 +195,9 @@ def _encode_sample(spec: EncodeSpec, sample: Any, item: ChunkItem) -> tuple[tupl
         metadata = []
         payloads = []
         for field_index, (name, field, value) in enumerate(zip(spec.names, spec.fields, sample)):
+            context = EncodeContext(item.position, field_index, spec.seed, spec.first_sample)
             with error_context(field=name):
-                encoded = _encode_value(field, value, EncodeContext(item.position, field_index, spec.seed))
+                encoded = _encode_value(field, value, context)
             metadata.append(encoded.metadata)
             if field.has_payload:
                 payload = encoded.payload

@@ -12,19 +12,24 @@ give 0600 whatever the umask, and the renamed dataset would be unreadable to oth
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import secrets
+import signal
+import threading
 import zlib
-from typing import BinaryIO
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from beton import dtypes
 from beton.storage import format as fmt
 from beton.storage.encode import EncodedChunk, EncodeSpec
-from beton.errors import WriterError
+from beton.errors import WriterError, locate
 
 _TABLE_ALIGNMENT = 64
 _WRITE_BUFFER = 1 << 20
@@ -139,10 +144,13 @@ class _Record:
 class FileBuilder:
     """Owns the temporary file of one write; see the module docstring."""
 
-    def __init__(self, spec: EncodeSpec, page_size: int, metadata: bytes | None = None) -> None:
+    def __init__(self, spec: EncodeSpec, page_size: int, metadata: bytes | None = None,
+                 field_table: bytes | None = None) -> None:
         self._spec = spec
         self._page_size = page_size
         self._metadata = metadata  # the metadata table's bytes (a version-2 file), or None (version 1)
+        # The field table's bytes as another file stores them (merging copies the shards'), or None: built from spec
+        self._field_table = field_table
         self._payload_fields = spec.payload_fields
         handle, self._temp_path = create_temporary(spec.path)
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
@@ -201,7 +209,7 @@ class FileBuilder:
         self._flush_record()
         page_checksums = self._heap.finish()
         tables = {
-            "field_table": field_table_bytes(self._spec),
+            "field_table": field_table_bytes(self._spec) if self._field_table is None else self._field_table,
             "data_table": _concatenate(self._rows, self._spec.data_dtype).tobytes(),
             "allocation_table": _concatenate(
                 self._allocations, fmt.ALLOCATION_DTYPE, (0, len(self._payload_fields))
@@ -251,6 +259,52 @@ class FileBuilder:
         header["heap_offset"] = fmt.HEAP_OFFSET
         header["heap_size"] = self._heap.size
         header["num_pages"] = num_pages
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_error(path: str, error: OSError) -> WriterError:
+    """The WriterError for an OSError while a file was written (a full disk says so)."""
+    return locate(WriterError(f"writing failed: {error.strerror or error}"
+                              + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else "")), path=path)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a dataset
+    does not stop it), then the signal is raised again."""
+
+
+@contextlib.contextmanager
+def sigterm_cleans_up() -> Iterator[None]:
+    """While the block runs, SIGTERM unwinds it (running every cleanup: the temporary file is removed) instead of
+    killing the process at once; afterwards the previous handler is back and the signal is raised again, so the
+    process still ends as the sender asked. Only in the main thread, and only while SIGTERM has its default action
+    (a handler of the program's own, or SIG_IGN, is left alone)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+    received = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker before its initializer ran: die as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        elif not received:  # a second SIGTERM must not interrupt the cleanup the first one started
+            received.append(signum)
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except _Terminated:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if received:  # also when the cleanup raised something else: the sender asked for the process to end
+            signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
 
 
 def create_temporary(path: str) -> tuple[int, str]:

@@ -39,7 +39,7 @@ from beton.fields.ffcv_contract import field_from_arguments
 from beton.fields.registry import FieldClasses, unregistered_reason
 from beton.storage.remote import RemoteFile, RemoteOptions, is_url, resolve_remote_options
 
-__all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES"]
+__all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
 
 TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
 #: Tables of a version-2 file: version 1's, then the metadata table.
@@ -310,6 +310,64 @@ class Reader:
 
     def __repr__(self) -> str:
         return f"Reader({self.path!r}, num_samples={self.num_samples}, fields={self.field_names})"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileHead:
+    """What a beton file says of itself before its data, validated: the header (``header``: its 256 bytes, which
+    hold every table's CRC32, so their hash names the file's content) and the field table (``descriptors``)."""
+
+    path: str
+    header: bytes
+    num_samples: int
+    page_size: int
+    descriptors: dict[str, FieldDescriptor]
+
+
+def read_head(path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None,
+              remote_options: RemoteOptions | None = None) -> FileHead:
+    """The header and field table of a beton file (a path or URL), checked as :class:`Reader` checks them (magic,
+    version, header CRC32, the layout against the file's size, the field table's CRC32 and contents) without
+    reading the other tables: what a manifest records of a shard, for the cost of two small reads. FFCV files
+    carry no checksums and are refused (FormatError)."""
+    path = os.fspath(path)
+    with error_context(path=path):
+        if not is_url(path):
+            try:
+                file_map = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+            except ValueError:  # numpy refuses to map an empty file
+                raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
+            return _head(path, file_map)
+        options = resolve_remote_options(remote_options, storage_options=storage_options)
+        remote = RemoteFile(path, options)
+        try:
+            attempt = 0
+            while True:
+                try:
+                    return _head(path, remote.structure())
+                except CorruptDataError:  # a byte damaged on the way: fetched again, as the Reader does
+                    if attempt == options.retries:
+                        raise
+                    remote.fetcher.pause(attempt)
+                    attempt += 1
+        finally:
+            remote.close()
+
+
+def _head(path: str, file_map: np.ndarray) -> FileHead:
+    if bytes(file_map[: len(fmt.MAGIC)]) != fmt.MAGIC and len(file_map) >= fmt.HEADER_SIZE \
+            and ffcv_format.structure_problem(file_map) is None:
+        raise FormatError("an FFCV file carries no checksums, so it cannot be listed as a shard or merged: convert "
+                          "it to a beton file first")
+    header = _read_header(file_map)
+    _check_layout(header, len(file_map))
+    ref = header["field_table"]
+    offset, size = int(ref["offset"]), int(ref["size"])
+    blob = file_map[offset : offset + size]
+    if zlib.crc32(blob) != int(ref["crc32"]):
+        raise CorruptDataError(f"checksum of the field table does not match (offset {offset})")
+    descriptors = {d.name: d for d in _parse_field_table(blob, header)}
+    return FileHead(path, header.tobytes(), int(header["num_samples"]), int(header["page_size"]), descriptors)
 
 
 def _check_index(index: int, num_samples: int) -> int:

@@ -15,7 +15,7 @@ from beton.fields.base import Field
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
 
-__all__ = ["verify", "VerifyReport"]
+__all__ = ["verify", "verify_reader", "page_error", "VerifyReport"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,14 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
     """
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_limit": cache_limit,
               "remote_options": remote_options}
-    with Reader(path, custom_fields=custom_fields, **remote) as reader, error_context(path=reader.path):
+    with Reader(path, custom_fields=custom_fields, **remote) as reader:
+        return verify_reader(reader)
+
+
+def verify_reader(reader: Reader) -> VerifyReport:
+    """:func:`verify` of a file already opened (opening checked the header and tables): its payloads against their
+    fields and every page against its CRC32."""
+    with error_context(path=reader.path):
         reader.check_payloads()  # checksums prove nothing against whoever can recompute them
         if not reader.checksummed:
             return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False)
@@ -51,11 +58,11 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
         for page in range(reader.num_pages):
             start, end = reader.page_bounds(page)
             if zlib.crc32(reader.file_map[start:end]) != int(reader.page_checksums[page]):
-                raise _page_error(reader, page, start, end)
+                raise page_error(reader, page, start, end)
         return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map))
 
 
-def _page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataError:
+def page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataError:
     """The error for a bad page, naming the first sample with a payload on it (and that payload's field)."""
     error = locate(CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match"),
                    page=page)

@@ -21,14 +21,12 @@ program's own, or SIG_IGN, is left alone.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import errno
 import itertools
 import multiprocessing
+import operator
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -41,7 +39,7 @@ from beton.storage import format as fmt
 from beton._cores import resolve_workers
 from beton.storage.encode import (ChunkItem, EncodedChunk, EncodeSpec, SampleProblem, SampleWarning, dataset_error,
                                   encode_chunk, sample_problem, warn_sample)
-from beton.storage.file_builder import FileBuilder, field_table_bytes
+from beton.storage.file_builder import FileBuilder, field_table_bytes, sigterm_cleans_up, write_error
 from beton.storage.metadata import encode_metadata
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
@@ -49,7 +47,7 @@ from beton.fields.ffcv_contract import as_beton_field
 from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
-           "ON_ERROR"]
+           "ON_ERROR", "shard_range"]
 
 DEFAULT_CHUNKSIZE = 100
 #: What the writer does with a sample whose value cannot be read or encoded: fail the write, or leave it out.
@@ -138,36 +136,48 @@ class DatasetWriter:
 
     def from_indexed_dataset(
         self, dataset: Any, indices: Sequence[int] | None = None, chunksize: int = DEFAULT_CHUNKSIZE,
-        shuffle_indices: bool = False,
+        shuffle_indices: bool = False, *, start: int | None = None, end: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> WriteReport:
         """Write ``dataset[i]`` for i in ``indices`` (default: all of ``range(len(dataset))``), in that order.
 
         Each ``dataset[i]`` must be a tuple with one value per field, in the fields' order. ``shuffle_indices``
         (FFCV's) stores them in an order shuffled by the writer's ``seed``, so the file is still the same for
         any ``num_workers``.
+
+        Shard-parallel writing (docs/shards.md): ``shard=(k, n)`` writes only the k-th of n contiguous parts of
+        that order (:func:`shard_range` gives its bounds), ``start``/``end`` the part ``[start, end)`` of it
+        (either one, not both). Sample i of the file is sample ``start + i`` of the whole order, and anything
+        random in encoding is keyed by that position: the n files, merged in order (``beton merge``), are byte
+        for byte the file one write of the whole order makes (with the same fields, seed, page size and
+        metadata). The order is computed in full first, so ``shuffle_indices`` shuffles the whole dataset and
+        each shard writes its part of the same permutation.
         """
         order = range(len(dataset)) if indices is None else [int(index) for index in indices]
         if shuffle_indices:
             order = writer_shuffle(self._spec.seed, order)
-        items = (ChunkItem(position, index) for position, index in enumerate(order))
-        return self._write(_chunks(items, chunksize), len(order), dataset)
+        first, last = _part_bounds(len(order), start, end, shard)
+        spec = dataclasses.replace(self._spec, first_sample=first)
+        items = (ChunkItem(position, index) for position, index in enumerate(order[first:last]))
+        return self._write(_chunks(items, chunksize), last - first, dataset, spec)
 
     def from_iterable(
         self, iterable: Iterable[Any], length: int | None = None, chunksize: int = DEFAULT_CHUNKSIZE
     ) -> WriteReport:
         """Write every sample the iterable yields, in order; ``length`` only sizes the progress bar."""
-        return self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None)
+        return self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None, self._spec)
 
-    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any) -> WriteReport:
+    def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any,
+               spec: EncodeSpec) -> WriteReport:
         start = time.perf_counter()
         skipped: list[SampleProblem] = []
         warned: list[SampleProblem] = []
-        with _sigterm_cleans_up():
+        with sigterm_cleans_up():
             try:
-                builder = FileBuilder(self._spec, self.page_size, self._metadata)
+                builder = FileBuilder(spec, self.page_size, self._metadata)
             except OSError as error:
-                raise _io_error(self.path, error) from error
-            encoded = self._encoded_chunks(chunks, dataset)
+                raise write_error(self.path, error) from error
+            encoded = self._encoded_chunks(chunks, dataset, spec)
             bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
             try:
                 for chunk in encoded:
@@ -182,7 +192,7 @@ class DatasetWriter:
                 builder.commit()
             except OSError as error:  # the dataset's and the fields' own errors arrive wrapped, not as OSError
                 builder.abort()
-                raise _io_error(self.path, error) from error
+                raise write_error(self.path, error) from error
             except BaseException:
                 builder.abort()
                 raise
@@ -191,17 +201,19 @@ class DatasetWriter:
                 bar.close()
         return WriteReport(self.path, builder.num_samples, tuple(skipped), tuple(warned), time.perf_counter() - start)
 
-    def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+    def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any,
+                        spec: EncodeSpec) -> Iterator[EncodedChunk]:
         if self.num_workers <= 1:
             for chunk in chunks:
-                yield encode_chunk(self._spec, dataset, chunk)
+                yield encode_chunk(spec, dataset, chunk)
             return
-        yield from self._encode_in_workers(chunks, dataset)
+        yield from self._encode_in_workers(chunks, dataset, spec)
 
-    def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any) -> Iterator[EncodedChunk]:
+    def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any,
+                           spec: EncodeSpec) -> Iterator[EncodedChunk]:
         context = multiprocessing.get_context(self.start_method)
         pool = ProcessPoolExecutor(
-            self.num_workers, mp_context=context, initializer=_init_worker, initargs=(self._spec, dataset)
+            self.num_workers, mp_context=context, initializer=_init_worker, initargs=(spec, dataset)
         )
         pending: collections.deque[tuple[Future, list[ChunkItem]]] = collections.deque()
         try:
@@ -213,49 +225,6 @@ class DatasetWriter:
                 yield _result(*pending.popleft(), self.path)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-
-
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-
-
-def _io_error(path: str, error: OSError) -> WriterError:
-    return locate(WriterError(f"writing failed: {error.strerror or error}"
-                              + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else "")), path=path)
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a dataset
-    does not stop it), then the signal is raised again."""
-
-
-@contextlib.contextmanager
-def _sigterm_cleans_up() -> Iterator[None]:
-    """While the block runs, SIGTERM unwinds it (running every cleanup) instead of killing the process at
-    once; afterwards the previous handler is back and the signal is raised again (see the module docstring)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    owner = os.getpid()
-    received = []
-
-    def handler(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:  # a forked worker before its initializer ran: die as it would have
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        elif not received:  # a second SIGTERM must not interrupt the cleanup the first one started
-            received.append(signum)
-            raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    except _Terminated:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if received:  # also when the cleanup raised something else: the sender asked for the process to end
-            signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
 
 
 def _all_skipped(path: str, skipped: list[SampleProblem]) -> WriterError:
@@ -312,6 +281,45 @@ def _chunks(items: Iterator[ChunkItem], chunksize: int) -> Iterator[list[ChunkIt
         raise ValueError(f"chunksize must be at least 1, got {chunksize}")
     while chunk := list(itertools.islice(items, chunksize)):
         yield chunk
+
+
+def shard_range(num_samples: int, shard: int, num_shards: int) -> tuple[int, int]:
+    """The samples ``[start, end)`` of shard ``shard`` of ``num_shards`` over ``num_samples`` samples: contiguous
+    parts in order, whose sizes differ by at most one (``start = shard * num_samples // num_shards``). Shards are
+    empty when there are more shards than samples."""
+    num_samples, shard, num_shards = (_integer(value, name) for value, name in (
+        (num_samples, "num_samples"), (shard, "shard"), (num_shards, "num_shards")))
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be at least 0, got {num_samples}")
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"shard must be (k, n) with n >= 1 and 0 <= k < n, got ({shard}, {num_shards})")
+    return shard * num_samples // num_shards, (shard + 1) * num_samples // num_shards
+
+
+def _part_bounds(num_samples: int, start: int | None, end: int | None,
+                 shard: tuple[int, int] | None) -> tuple[int, int]:
+    """[first, last) of the order that one write stores: all of it, a shard of it, or [start, end)."""
+    if shard is not None:
+        if start is not None or end is not None:
+            raise ValueError("give shard=(k, n) or start=/end=, not both")
+        if not isinstance(shard, tuple) or len(shard) != 2:
+            raise ValueError(f"shard must be a tuple (k, n): shard k of n, got {shard!r}")
+        return shard_range(num_samples, *shard)
+    first = 0 if start is None else _integer(start, "start")
+    last = num_samples if end is None else _integer(end, "end")
+    if not 0 <= first <= last <= num_samples:
+        raise ValueError(f"start and end must satisfy 0 <= start <= end <= {num_samples} (the samples to write), "
+                         f"got start={first}, end={last}")
+    return first, last
+
+
+def _integer(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
 def _check_fields(fields: Mapping[str, Field]) -> None:

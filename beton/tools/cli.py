@@ -2,6 +2,8 @@
 
     beton info FILE                      fields with arguments, sizes, image size histogram, metadata
     beton verify FILE                    every checksum; exit 1 naming the first bad page and sample
+    beton index OUT.json SHARD...        a manifest of shards written apart (files, URLs, globs)
+    beton merge OUT.beton SHARD...       shards (or a manifest) combined into one file
     beton show FILE [-o GRID.png]        a PNG grid of samples, captioned with class names
     beton convert imagefolder SRC OUT    torchvision-style class folders -> image + label
     beton convert numpy IN.npz OUT       one field per array (same length)
@@ -35,9 +37,10 @@ from beton.codecs.image_record import IMAGE_MODES
 from beton.codecs.jpeg_scans import fidelity_bytes
 from beton.fields.ragged import RaggedArrayField
 from beton.fields.rgb_image import RGBImageField
+from beton.storage import format as fmt
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
-from beton.tools.convert.commands import add_convert_parser, byte_size
+from beton.tools.convert.commands import add_convert_parser, byte_size, json_object
 
 __all__ = ["main", "describe"]
 
@@ -156,6 +159,27 @@ def _verify(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _index(arguments: argparse.Namespace) -> int:
+    from beton.storage.shards import index
+
+    manifest = index(arguments.output, arguments.shards, verify=arguments.verify)
+    checked = "every page checked" if arguments.verify else "headers and tables checked"
+    print(f"wrote {arguments.output}: {len(manifest.shards)} shards, {manifest.num_samples} samples ({checked})")
+    return 0
+
+
+def _merge(arguments: argparse.Namespace) -> int:
+    from beton.storage.merge import merge
+
+    metadata: object = "shards" if arguments.metadata is None else arguments.metadata  # {} sets none, as None
+    if arguments.no_metadata:
+        metadata = None
+    report = merge(arguments.output, arguments.shards, page_size=arguments.page_size, metadata=metadata)
+    print(f"wrote {report.path}: {report.num_samples} samples from {len(report.shards)} shards "
+          f"({report.seconds:.1f} s)")
+    return 0
+
+
 def _tune(arguments: argparse.Namespace) -> int:
     from beton.tools.tune import tune
 
@@ -269,6 +293,31 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file", help="the .beton (or FFCV) file")
     check.set_defaults(run=_verify)
 
+    indexing = commands.add_parser("index", help="write a manifest of shards written apart",
+                                   description="List shards (beton files written apart, e.g. with "
+                                               "from_indexed_dataset(shard=(k, n))) in a manifest: their order, "
+                                               "sample counts, header hashes and fields, which must agree.")
+    indexing.add_argument("output", metavar="OUT.json", help="the manifest to write (a path or URL ending in .json)")
+    indexing.add_argument("shards", nargs="+", metavar="SHARD",
+                          help="shards in order: paths, URLs, globs (sorted by name) or manifests")
+    indexing.add_argument("--verify", action="store_true", help="check every page of every shard too")
+    indexing.set_defaults(run=_index)
+
+    merging = commands.add_parser("merge", help="combine shards (or a manifest's) into one file",
+                                  description="Copy the shards' samples, in order, into one beton file (payloads "
+                                              "copied, not encoded again; pages laid out anew).")
+    merging.add_argument("output", metavar="OUT.beton", help="the file to write (local)")
+    merging.add_argument("shards", nargs="+", metavar="SHARD",
+                         help="shards in order: paths, URLs, globs (sorted by name) or manifests")
+    merging.add_argument("--page-size", type=_page_size, default=None, metavar="BYTES",
+                         help="the merged file's page size (default: the first shard's)")
+    choice = merging.add_mutually_exclusive_group()
+    choice.add_argument("--metadata", type=json_object, default=None, metavar="JSON",
+                        help="the merged file's metadata, a JSON object such as '{\"name\": \"train\"}' "
+                             "(default: the shards', which must agree)")
+    choice.add_argument("--no-metadata", action="store_true", help="write no file-level metadata")
+    merging.set_defaults(run=_merge)
+
     add_convert_parser(commands, escape=printable)
 
     show = commands.add_parser("show", help="write a PNG grid of samples, captioned with their labels",
@@ -316,6 +365,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", default=None, help="directory for results.json, results.md, results.png")
     bench.set_defaults(run=_bench)
     return parser
+
+
+def _page_size(text: str) -> int:
+    size = byte_size(text)
+    if not fmt.is_valid_page_size(size):
+        raise argparse.ArgumentTypeError(f"must be a power of two from {fmt.MIN_PAGE_SIZE} B to 4 GiB, got {text}")
+    return size
 
 
 def _positive(text: str) -> int:

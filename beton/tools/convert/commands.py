@@ -23,7 +23,7 @@ from beton.tools.convert.parquet import COLUMN_KINDS
 from beton.tools.convert.report import ConversionReport, ConversionWarning
 from beton.tools.convert.webdataset import KINDS as EXTENSION_KINDS
 
-__all__ = ["add_convert_parser", "byte_size"]
+__all__ = ["add_convert_parser", "byte_size", "json_object"]
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tb": 1000**4, "tib": 1 << 40}
@@ -71,7 +71,7 @@ def _existing_path(text: str) -> str:
     return text
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as error:
@@ -131,7 +131,7 @@ def _add_common_options(parser: argparse.ArgumentParser, on_error: bool = True) 
                        help="encoding processes (default -1: every usable core; 0: this process)")
     group.add_argument("--page-size", type=_page_size, default=fmt.DEFAULT_PAGE_SIZE, metavar="SIZE",
                        help="heap page size, a power of two such as 4MiB (default 8MiB)")
-    group.add_argument("--metadata", type=_json_object, default=None, metavar="JSON",
+    group.add_argument("--metadata", type=json_object, default=None, metavar="JSON",
                        help="extra file-level metadata, a JSON object such as '{\"license\": \"CC-BY-4.0\"}' "
                             "(read back as Reader.metadata)")
     group.add_argument("--report", default=None, metavar="FILE.json",

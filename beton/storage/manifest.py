@@ -1,0 +1,493 @@
+"""Manifests: the ordered shards (``.beton`` files) of one dataset, and the small JSON file that lists them.
+
+A :class:`Manifest` holds each shard's location (path or URL), sample count, the SHA-256 of its header and the
+range of global sample indices it holds, plus the fields every shard has. Global sample ``g`` is sample
+``g - shard.start`` of the shard whose ``[start, end)`` holds it (:meth:`Manifest.locate`, vectorised). A manifest
+comes from a manifest file (:func:`read_manifest`) or is built in memory from files, URLs and globs
+(:func:`beton.storage.shards.dataset_manifest`): every way of naming a dataset of several files ends in this one
+structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens one shard when asked and checks it
+against what the manifest says, so a Loader can open shards lazily.
+
+Why the header's hash identifies a shard: the header holds the CRC32 of every table, the page-checksum table holds
+every page's CRC32, so a changed byte anywhere changes the header (as far as CRC32 tells changes apart), and
+hashing 256 bytes costs nothing. The file format (docs/format.md, "Manifest files")::
+
+    {"format": "beton-manifest", "version": 1, "num_samples": 120,
+     "fields": [{"name": "image", "type": "beton.RGBImageField", "arguments": {...},
+                 "metadata_dtype": [["mode", "|u1"], ...], "payload": true}, ...],
+     "shards": [{"path": "train-00000-of-00003.beton", "num_samples": 40, "header_sha256": "9f2c..."}, ...]}
+
+A manifest file is untrusted input, read with bounds: at most :data:`MAX_MANIFEST_BYTES`, JSON nesting at most
+:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above, counts that are integers in
+[0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
+
+Shard paths in a manifest file (decided so that a manifest moves with its shards and cannot point elsewhere by
+surprise):
+
+* a relative path (``/``-separated; no ``..``, ``.`` or empty segments, no backslash, no leading ``/``) is
+  resolved against the manifest's own directory, or for a manifest at a URL against the URL's directory
+  (``https://host/data/train.json`` + ``a/0.beton`` -> ``https://host/data/a/0.beton``): a shard lies in the
+  manifest's directory or below it;
+* a full URL to remote storage (``s3://``, ``https://``, anything fsspec resolves) is used as it is;
+* absolute local paths and URLs that name local files (``file://``, ``local://``, also inside chained URLs) are
+  refused: a manifest downloaded from elsewhere must not open files of this machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from beton import _json, dtypes
+from beton.errors import FormatError, ShardError, StorageError, error_context, locate
+from beton.storage.file_builder import create_temporary
+from beton.storage.reader import FieldDescriptor, Reader
+from beton.storage.remote import RemoteOptions, is_url, resolve_remote_options
+from beton.storage.remote.fetch import RangeFetcher, import_fsspec
+
+__all__ = ["Manifest", "Shard", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
+           "header_digest", "MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES"]
+
+MANIFEST_FORMAT = "beton-manifest"
+MANIFEST_VERSION = 1
+#: Largest manifest file read: about 300,000 shards at typical name lengths.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+_MAX_COUNT = 2**63  # sample counts are stored as u8 in headers; beyond int64 numpy index arrays would wrap
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: fsspec protocols that name files of this machine: refused in manifest files (see the module docstring).
+_LOCAL_PROTOCOLS = frozenset({"file", "local"})
+_TOP_KEYS = ("format", "version", "num_samples", "fields", "shards")
+_FIELD_KEYS = ("name", "type", "arguments", "metadata_dtype", "payload")
+_SHARD_KEYS = ("path", "num_samples", "header_sha256")
+
+
+# ---- fields --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """A field as every shard of a dataset must store it: name, stored type name, constructor arguments (as
+    canonical JSON text: key order does not matter), metadata dtype, and whether it has a payload."""
+
+    name: str
+    type_name: str
+    arguments_json: str
+    metadata_dtype: np.dtype
+    has_payload: bool
+
+    @classmethod
+    def from_descriptor(cls, descriptor: FieldDescriptor) -> FieldSpec:
+        return cls(descriptor.name, descriptor.type_name, _canonical(descriptor.arguments), descriptor.metadata_dtype,
+                   descriptor.has_payload)
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The arguments as a new dict."""
+        return json.loads(self.arguments_json)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type_name, "arguments": self.arguments,
+                "metadata_dtype": json.loads(dtypes.dtype_to_json(self.metadata_dtype)), "payload": self.has_payload}
+
+    def describe(self) -> str:
+        return f"{self.name!r} ({self.type_name} {self.arguments_json})"
+
+
+def field_specs(descriptors: Mapping[str, FieldDescriptor]) -> tuple[FieldSpec, ...]:
+    """The fields of a file (``Reader.descriptors``, ``FileHead.descriptors``), in the file's order."""
+    return tuple(FieldSpec.from_descriptor(descriptor) for descriptor in descriptors.values())
+
+
+def fields_difference(expected: Sequence[FieldSpec], got: Sequence[FieldSpec]) -> str | None:
+    """The first difference between two files' fields, in words ("field 'label' has arguments ..."), or None when
+    they are the same fields in the same order."""
+    for number in range(max(len(expected), len(got))):
+        if number >= len(got):
+            return f"it has {len(got)} fields and lacks field {number}, {expected[number].describe()}"
+        if number >= len(expected):
+            return f"it has a field more than expected: field {number}, {got[number].describe()}"
+        want, have = expected[number], got[number]
+        if want.name != have.name:
+            return f"field {number} is {have.name!r}, expected {want.name!r}"
+        if want.type_name != have.type_name:
+            return f"field {have.name!r} is a {have.type_name}, expected a {want.type_name}"
+        if want.arguments_json != have.arguments_json:
+            return f"field {have.name!r} ({have.type_name}) has {_argument_difference(want.arguments, have.arguments)}"
+        if want.metadata_dtype != have.metadata_dtype:
+            return (f"field {have.name!r} has metadata dtype {dtypes.dtype_to_json(have.metadata_dtype)}, expected "
+                    f"{dtypes.dtype_to_json(want.metadata_dtype)}")
+        if want.has_payload != have.has_payload:
+            return f"field {have.name!r} {'has' if have.has_payload else 'has no'} payload, unlike the others"
+    return None
+
+
+def _argument_difference(want: dict[str, Any], have: dict[str, Any]) -> str:
+    for key in sorted(set(want) | set(have)):
+        if key not in have:
+            return f"no argument {key!r}, expected {key}={_canonical(want[key])}"
+        if key not in want:
+            return f"argument {key}={_canonical(have[key])}, which the others lack"
+        if _canonical(want[key]) != _canonical(have[key]):
+            return f"argument {key}={_canonical(have[key])}, expected {key}={_canonical(want[key])}"
+    return f"arguments {_canonical(have)}, expected {_canonical(want)}"  # pragma: no cover - equal after all
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def header_digest(header: bytes) -> str:
+    """The SHA-256 (hex) of a beton file's 256 header bytes: what a manifest records to know a shard again."""
+    return hashlib.sha256(header).hexdigest()
+
+
+# ---- the manifest ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One file of a dataset: where it is (``location``: a path or URL, ready to open), its samples, the SHA-256
+    of its header, and the global indices ``[start, end)`` of its samples."""
+
+    location: str
+    num_samples: int
+    header_sha256: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_samples
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """The shards of one dataset in order, and their common fields. ``source`` is the manifest file it was read
+    from, or None for one built in memory. Build one with :meth:`of`, :func:`read_manifest` or
+    :func:`beton.storage.shards.dataset_manifest`."""
+
+    shards: tuple[Shard, ...]
+    fields: tuple[FieldSpec, ...]
+    source: str | None = None
+
+    @classmethod
+    def of(cls, entries: Iterable[tuple[str, int, str]], fields: Sequence[FieldSpec],
+           source: str | None = None) -> Manifest:
+        """A manifest from (location, num_samples, header SHA-256) per shard, in order: the global ranges follow
+        from the counts."""
+        shards, start = [], 0
+        for location, count, digest in entries:
+            shards.append(Shard(location, int(count), digest, start))
+            start += int(count)
+        return cls(tuple(shards), tuple(fields), source)
+
+    @property
+    def num_samples(self) -> int:
+        return self.shards[-1].end if self.shards else 0
+
+    @functools.cached_property
+    def bounds(self) -> np.ndarray:
+        """int64 array of ``len(shards) + 1`` entries: shard k holds global samples ``bounds[k]..bounds[k+1]``."""
+        bounds = np.array([0] + [shard.end for shard in self.shards], np.int64)
+        bounds.flags.writeable = False
+        return bounds
+
+    def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(shard number, index within that shard) of each global sample index, as two int64 arrays of the
+        indices' shape. Empty shards hold no index. IndexError names the first index outside ``[0,
+        num_samples)``."""
+        array = np.asarray(indices)
+        if array.size and array.dtype.kind not in "iu":
+            raise TypeError(f"sample indices must be integers, got an array of {array.dtype}")
+        array = array.astype(np.int64, copy=False)  # uint64 beyond int64 wraps negative, caught below
+        bad = (array < 0) | (array >= self.num_samples)
+        if bad.any():
+            raise IndexError(f"sample index {np.asarray(indices)[bad].ravel()[0]} out of range for "
+                             f"{self.num_samples} samples")
+        shard = np.searchsorted(self.bounds[1:], array, side="right").astype(np.int64)
+        return shard, array - self.bounds[shard]
+
+    # ---- shards ---------------------------------------------------------------------------------------------
+
+    def open_shard(self, number: int, **reader_options: Any) -> Reader:
+        """Open shard ``number`` as a :class:`~beton.storage.reader.Reader` (``reader_options`` as the Reader's) and
+        check it against the manifest (:meth:`check_shard`); the caller closes it."""
+        reader = Reader(self.shards[number].location, **reader_options)
+        try:
+            self.check_shard(number, reader)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
+
+    def check_shard(self, number: int, reader: Reader) -> None:
+        """Raise :class:`~beton.errors.ShardError`, naming the shard, unless ``reader`` has the header, sample count
+        and fields the manifest lists for shard ``number``."""
+        shard = self.shards[number]
+        with error_context(path=shard.location):
+            if reader.header is None:
+                raise ShardError("an FFCV file carries no checksums, so it cannot be a shard of a dataset")
+            digest = header_digest(reader.header.tobytes())
+            if digest != shard.header_sha256:
+                raise ShardError(f"shard {number} is not the file the manifest lists: its header's SHA-256 is "
+                                 f"{digest}, the manifest says {shard.header_sha256} (the file changed since the "
+                                 "manifest was made; make it again with `beton index`)")
+            if reader.num_samples != shard.num_samples:
+                raise ShardError(f"shard {number} holds {reader.num_samples} samples, the manifest says "
+                                 f"{shard.num_samples}")
+            difference = fields_difference(self.fields, field_specs(reader.descriptors))
+            if difference is not None:
+                raise ShardError(f"shard {number} does not have the manifest's fields: {difference}")
+
+    # ---- the file -------------------------------------------------------------------------------------------
+
+    def to_json(self, location: str | os.PathLike[str]) -> bytes:
+        """The manifest file for ``location`` (where it will be written): shard locations relative to it where the
+        rules of the module docstring allow, else full URLs; ValueError for a shard that cannot be listed from
+        there (a local file outside the manifest's directory, or any local file for a manifest at a URL)."""
+        location = os.fspath(location)
+        shards = [{"path": _listed_path(shard.location, location), "num_samples": shard.num_samples,
+                   "header_sha256": shard.header_sha256} for shard in self.shards]
+
+        def lines(items: list[dict[str, Any]]) -> str:  # one field or shard per line: readable, diffable
+            return "[\n  " + ",\n  ".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n ]"
+
+        head = json.dumps({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples})
+        fields = lines([field.to_json() for field in self.fields])
+        return f'{head[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
+
+    def write(self, location: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> None:
+        """Write the manifest file: a local file atomically (a temporary file renamed into place), a URL as one
+        object (object stores replace objects whole)."""
+        location = os.fspath(location)
+        data = self.to_json(location)
+        if is_url(location):
+            fs, path = import_fsspec().core.url_to_fs(location, **dict(storage_options or {}))
+            try:
+                fs.pipe_file(path, data)
+            except NotImplementedError:
+                raise ValueError(f"cannot write {location}: its store ({type(fs).__name__}) does not write files; "
+                                 "write the manifest locally and upload it") from None
+            except Exception as error:  # the store's own errors (HTTP status, access denied...), said in one line
+                raise locate(StorageError(f"writing the manifest failed: {type(error).__name__}: {error}"),
+                             path=location) from error
+            return
+        handle, temporary = create_temporary(location)
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, location)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+# ---- reading manifest files -----------------------------------------------------------------------------------
+
+def read_manifest(location: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None,
+                  remote_options: RemoteOptions | None = None) -> Manifest:
+    """The manifest file at ``location`` (a path or URL), validated (module docstring); FormatError naming the file
+    and the entry for anything else. Shards are not opened."""
+    location = os.fspath(location)
+    with error_context(path=location):
+        if is_url(location):
+            fetcher = RangeFetcher(location, resolve_remote_options(remote_options, storage_options=storage_options))
+            _check_size(fetcher.size)
+            data = fetcher.fetch(0, fetcher.size, "the manifest")
+        else:
+            with open(location, "rb") as file:
+                data = file.read(MAX_MANIFEST_BYTES + 1)
+            _check_size(len(data))
+        return parse_manifest(data, location)
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_MANIFEST_BYTES:
+        raise FormatError(f"a manifest is at most {MAX_MANIFEST_BYTES} bytes, this file is larger")
+
+
+def parse_manifest(data: bytes, location: str) -> Manifest:
+    """The manifest that the bytes ``data`` of the file at ``location`` describe (relative shard paths are resolved
+    against ``location``)."""
+    with error_context(path=location):
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise FormatError(f"a manifest is at most {MAX_MANIFEST_BYTES} bytes, this one is {len(data)}")
+        try:
+            document = _json.loads(data)
+        except ValueError as error:
+            raise FormatError(f"not a manifest: invalid JSON: {error}") from None
+        top = _object(document, _TOP_KEYS, "the manifest")
+        if top["format"] != MANIFEST_FORMAT:
+            raise FormatError(f"not a beton manifest: \"format\" is {_short(top['format'])}, expected "
+                              f"{MANIFEST_FORMAT!r}")
+        version = _count(top["version"], "\"version\"")
+        if version != MANIFEST_VERSION:
+            raise FormatError(f"manifest version {version} is not the supported version {MANIFEST_VERSION}")
+        fields = _fields(top["fields"])
+        entries = _shards(top["shards"], location)
+        total = _count(top["num_samples"], "\"num_samples\"")
+        listed = sum(count for _, count, _ in entries)
+        if listed != total:
+            raise FormatError(f"the shards' sample counts add up to {listed}, the manifest's \"num_samples\" says "
+                              f"{total}")
+        return Manifest.of(entries, fields, source=location)
+
+
+def _fields(value: Any) -> list[FieldSpec]:
+    if not isinstance(value, list) or not value:
+        raise FormatError(f"\"fields\" must be a non-empty list, got {_short(value)}")
+    fields = []
+    for number, item in enumerate(value):
+        where = f"field {number}"
+        entry = _object(item, _FIELD_KEYS, where)
+        name, type_name = (_text(entry[key], f"{where}: {key!r}") for key in ("name", "type"))
+        if not isinstance(entry["arguments"], dict):
+            raise FormatError(f"{where} ({name!r}): \"arguments\" must be an object, got {_short(entry['arguments'])}")
+        if not isinstance(entry["payload"], bool):
+            raise FormatError(f"{where} ({name!r}): \"payload\" must be true or false, got {_short(entry['payload'])}")
+        try:
+            metadata_dtype = dtypes.dtype_from_json(json.dumps(entry["metadata_dtype"]))
+            dtypes.check_metadata_dtype(metadata_dtype)
+        except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as error:
+            raise FormatError(f"{where} ({name!r}): \"metadata_dtype\" is not a dtype of little-endian numbers: "
+                              f"{error}") from None
+        fields.append(FieldSpec(name, type_name, _canonical(entry["arguments"]), metadata_dtype, entry["payload"]))
+    names = [field.name for field in fields]
+    duplicated = next((name for name in names if names.count(name) > 1), None)
+    if duplicated is not None:
+        raise FormatError(f"field {duplicated!r} is listed twice")
+    return fields
+
+
+def _shards(value: Any, location: str) -> list[tuple[str, int, str]]:
+    if not isinstance(value, list) or not value:
+        raise FormatError(f"\"shards\" must be a non-empty list, got {_short(value)}")
+    entries, seen = [], {}
+    for number, item in enumerate(value):
+        where = f"shard {number}"
+        entry = _object(item, _SHARD_KEYS, where)
+        path = _text(entry["path"], f"{where}: \"path\"")
+        resolved = resolve_listed_path(path, location, where)
+        if resolved in seen:
+            raise FormatError(f"{where} ({path!r}) is shard {seen[resolved]} again: a shard is listed once")
+        seen[resolved] = number
+        count = _count(entry["num_samples"], f"{where}: \"num_samples\"")
+        digest = entry["header_sha256"]
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise FormatError(f"{where}: \"header_sha256\" must be 64 lowercase hexadecimal digits, got "
+                              f"{_short(digest)}")
+        entries.append((resolved, count, digest))
+    if sum(count for _, count, _ in entries) >= _MAX_COUNT:
+        raise FormatError(f"the shards hold {sum(count for _, count, _ in entries)} samples, more than 2**63 - 1")
+    return entries
+
+
+def _object(value: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FormatError(f"{where} must be a JSON object, got {_short(value)}")
+    missing = [key for key in keys if key not in value]
+    if missing:
+        raise FormatError(f"{where} lacks {', '.join(repr(key) for key in missing)}")
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise FormatError(f"{where} has unknown keys {', '.join(repr(key) for key in unknown[:5])} (expected "
+                          f"{', '.join(keys)})")
+    return value
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_COUNT:
+        raise FormatError(f"{where} must be an integer in [0, 2**63), got {_short(value)}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"{where} must be a non-empty string, got {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, float) or np.isfinite(value) else repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+# ---- shard paths ----------------------------------------------------------------------------------------------
+
+def resolve_listed_path(path: str, manifest_location: str, where: str = "a shard") -> str:
+    """Where a shard listed as ``path`` in the manifest file at ``manifest_location`` is (module docstring);
+    FormatError for a path the rules refuse."""
+    if is_url(path):
+        local = _local_protocol(path)
+        if local is not None:
+            raise FormatError(f"{where}: {path!r} names a file of this machine ({local}://); a manifest lists local "
+                              "shards by paths relative to itself")
+        return path
+    problem = _relative_problem(path)
+    if problem is not None:
+        raise FormatError(f"{where}: {path!r} {problem}")
+    if is_url(manifest_location):
+        return f"{_url_directory(manifest_location)}/{path}"
+    return os.path.join(os.path.dirname(manifest_location), *path.split("/"))
+
+
+def _listed_path(shard: str, manifest_location: str) -> str:
+    """How the manifest file at ``manifest_location`` lists ``shard``: the inverse of :func:`resolve_listed_path`."""
+    if is_url(manifest_location):
+        directory = _url_directory(manifest_location) + "/"
+        if is_url(shard) and shard.startswith(directory) and _relative_problem(shard[len(directory):]) is None:
+            return shard[len(directory):]
+        if not is_url(shard):
+            raise ValueError(f"shard {shard!r} is a local file: a manifest at a URL ({manifest_location}) can list "
+                             "only URLs")
+    if is_url(shard):
+        local = _local_protocol(shard)
+        if local is not None:
+            raise ValueError(f"shard {shard!r} names a local file by a {local}:// URL, which manifest files refuse; "
+                             "give its path instead")
+        return shard
+    directory = os.path.abspath(os.path.dirname(manifest_location) or os.curdir)
+    relative = os.path.relpath(os.path.abspath(shard), directory).replace(os.sep, "/")
+    if _relative_problem(relative) is not None:
+        raise ValueError(f"shard {shard!r} is not inside the manifest's directory {directory}: a manifest lists local "
+                         "shards by paths relative to itself, in its directory or below (write the manifest into a "
+                         "directory that holds every shard)")
+    return relative
+
+
+def _relative_problem(path: str) -> str | None:
+    if "\\" in path or "\0" in path:
+        return "holds a backslash or NUL; relative shard paths are separated by '/'"
+    if path.startswith("/"):
+        return "is an absolute path; a manifest lists local shards by paths relative to itself"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "has an empty, '.' or '..' segment; a shard lies in the manifest's directory or below it"
+    return None
+
+
+def _local_protocol(url: str) -> str | None:
+    """The first protocol of a (chained) URL that names files of this machine, or None."""
+    for part in url.split("::"):
+        protocol = part.split("://", 1)[0].lower() if "://" in part else part.lower()
+        if protocol in _LOCAL_PROTOCOLS:
+            return protocol
+    return None
+
+
+def _url_directory(url: str) -> str:
+    """A URL without its last path segment (and, for HTTP(S), without query and fragment)."""
+    base = url
+    if url.lower().startswith(("http://", "https://")):
+        base = re.split(r"[?#]", url, maxsplit=1)[0]
+    return base.rpartition("/")[0]
+

@@ -1,0 +1,149 @@
+"""A dataset in several files: whatever names it (files, URLs, globs, manifest files, a list of these) becomes one
+:class:`~beton.storage.manifest.Manifest`, and ``beton index`` writes one as a manifest file.
+
+:func:`dataset_manifest` is the single road from what a user names to the shards in order; ``Loader([...])``,
+``Loader("data/*.beton")``, ``Loader("train.manifest.json")`` and ``beton merge`` all take it:
+
+* a path or URL ending in ``.json`` (any case) is a manifest file (:func:`~beton.storage.manifest.read_manifest`);
+* a local path with ``*``, ``?`` or ``[`` that names no existing file is a glob, and so is a URL with ``*``, ``?``
+  or ``[`` (except HTTP(S), which cannot list; there ``?`` starts a query): the matches, sorted by name, so shards
+  are named with zero-padded numbers (``train-00007-of-00064.beton``);
+* anything else is one beton file.
+
+A list concatenates what each entry names, in order. The fields of every file must be those of the first (the
+first difference is named in a :class:`~beton.errors.ShardError`); a file named twice is refused. For files named
+directly, the header and field table are read (:func:`~beton.storage.reader.read_head`: two small reads per file,
+for a URL as for a path), not the other tables: opening a shard is left to whoever reads it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import glob
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+from beton.errors import ShardError, error_context, locate
+from beton.fields.base import Field
+from beton.storage.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
+from beton.storage.reader import read_head
+from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote.fetch import import_fsspec
+from beton.storage.verify import verify_reader
+
+__all__ = ["dataset_manifest", "index", "is_manifest_name", "Source"]
+
+#: What names a dataset: a path or URL (a file, a glob, a manifest), a list of those, or a Manifest.
+Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]], Manifest]
+
+_GLOB_CHARACTERS = ("*", "?", "[")
+_MAX_CONCURRENT_HEADS = 16  # files whose headers are fetched at once when a dataset lists many URLs
+
+
+def is_manifest_name(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a manifest file (it ends in ``.json``) rather than a beton file."""
+    return os.fspath(path).lower().endswith(".json")
+
+
+def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | None = None,
+                     remote_options: RemoteOptions | None = None) -> Manifest:
+    """The shards, in order, of the dataset ``source`` names (module docstring). A manifest file read alone keeps
+    its ``source``; anything else is a manifest built in memory (``source`` None)."""
+    if isinstance(source, Manifest):
+        return source
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not items:
+        raise ValueError("no shards given: name at least one file, glob or manifest")
+    named: list[Manifest | str] = []  # manifests read, and files still to read, in order
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"a dataset is named by paths, URLs, globs or manifest files, got {type(item).__name__}")
+        item = os.fspath(item)
+        if is_manifest_name(item):
+            named.append(read_manifest(item, storage_options=storage_options, remote_options=remote_options))
+        else:
+            named += _expand(item, storage_options)
+    files = _one_file_manifests([entry for entry in named if isinstance(entry, str)], storage_options, remote_options)
+    parts = [files[entry] if isinstance(entry, str) else entry for entry in named]
+    return parts[0] if len(parts) == 1 else _concatenate(parts)
+
+
+def _one_file_manifests(paths: list[str], storage_options: Mapping[str, Any] | None,
+                        remote_options: RemoteOptions | None) -> dict[str, Manifest]:
+    """A manifest of one shard per file, from its header and field table. URLs are read several at once (each costs
+    a few round trips), local files one after the other."""
+
+    def one(path: str) -> Manifest:
+        head = read_head(path, storage_options=storage_options, remote_options=remote_options)
+        return Manifest.of([(path, head.num_samples, header_digest(head.header))], field_specs(head.descriptors))
+
+    remote = sum(1 for path in paths if is_url(path))
+    if remote < 2:
+        return {path: one(path) for path in paths}
+    with concurrent.futures.ThreadPoolExecutor(min(remote, _MAX_CONCURRENT_HEADS),
+                                               thread_name_prefix="beton-head") as pool:
+        return dict(zip(paths, pool.map(one, paths)))  # in order: the first failure in order is raised
+
+
+def _concatenate(parts: list[Manifest]) -> Manifest:
+    first = parts[0]
+    seen: dict[str, int] = {}
+    entries = []
+    for part in parts:
+        difference = fields_difference(first.fields, part.fields)
+        if difference is not None:
+            where = part.source or part.shards[0].location
+            raise locate(ShardError(f"its fields differ from those of {first.source or first.shards[0].location}: "
+                                    f"{difference}"), path=where)
+        for shard in part.shards:
+            if shard.location in seen:
+                raise locate(ShardError(f"named twice (as shard {seen[shard.location]} and {len(entries)}): a dataset "
+                                        "lists each file once"), path=shard.location)
+            seen[shard.location] = len(entries)
+            entries.append((shard.location, shard.num_samples, shard.header_sha256))
+    return Manifest.of(entries, first.fields)
+
+
+def _expand(item: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """The files a path, URL or glob names, in order."""
+    if not any(character in item for character in _GLOB_CHARACTERS):
+        return [item]
+    if is_url(item):
+        if item.lower().startswith(("http://", "https://")):
+            return [item]  # HTTP cannot list a directory, and '?' starts a query
+        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(storage_options or {}))
+        matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+    else:
+        if os.path.exists(item):
+            return [item]
+        matches = sorted(glob.glob(item))
+    if not matches:
+        raise FileNotFoundError(f"no file matches {item!r}")
+    return matches
+
+
+def index(output: str | os.PathLike[str], source: Source, *, verify: bool = False,
+          custom_fields: Mapping[str, type[Field]] | None = None, storage_options: Mapping[str, Any] | None = None,
+          remote_options: RemoteOptions | None = None) -> Manifest:
+    """``beton index``: write the manifest file ``output`` (a path or URL ending in ``.json``) for the shards
+    ``source`` names, in that order, and return the manifest.
+
+    Every shard is opened and validated as a Reader validates a file (header, every table, every record against its
+    field); with ``verify`` every page's CRC32 is checked too (``beton verify`` of each shard). Shards are listed
+    relative to the manifest where they lie in its directory or below, else by URL; a local shard elsewhere is a
+    ValueError (see :mod:`beton.storage.manifest` for why).
+    """
+    output = os.fspath(output)
+    if not is_manifest_name(output):
+        raise ValueError(f"a manifest file's name ends in .json (that is how readers tell it from a beton file), "
+                         f"got {output!r}")
+    manifest = dataset_manifest(source, storage_options=storage_options, remote_options=remote_options)
+    remote = {"storage_options": storage_options, "remote_options": remote_options}
+    for number, shard in enumerate(manifest.shards):
+        with manifest.open_shard(number, custom_fields=custom_fields, **remote) as reader, \
+                error_context(path=shard.location):
+            if verify:
+                verify_reader(reader)
+    manifest.write(output, storage_options=storage_options)
+    return Manifest(manifest.shards, manifest.fields, source=output)
