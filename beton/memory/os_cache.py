@@ -65,6 +65,7 @@ class OSCacheLayer(MemoryLayer):
         self._memory = np.frombuffer(self.mapping, np.uint8)  # read-only, as every layer's memory
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
+        """Views of the map: no staging in the slot and nothing held for the batch (``batch``, ``slot`` unused)."""
         column = stored.payload
         if column < 0:
             return self.empty_source(stored)
