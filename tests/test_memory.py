@@ -119,7 +119,7 @@ def _epoch_through(layer, reader, batches, num_slots=4, on_batch=None):
     gate = SlotGate(num_slots, 0)
     stored = StoredField.of(reader, "image")
     layer.start_epoch(EpochReads(batches, 0, (stored.payload,), {}, gate))
-    slots = [Slot(number, []) for number in range(num_slots)]
+    slots = [Slot([]) for _ in range(num_slots)]
     payloads = []
     try:
         for batch, samples in enumerate(batches):
@@ -181,7 +181,7 @@ def test_the_page_reader_waits_on_the_slot_gate_as_the_workers_do(paged_file):
         assert read_so_far(30) == 30
         gate.close()  # the epoch ends: the reader stops, a worker waiting for a batch is not left waiting
         with pytest.raises(RuntimeError, match="closed"):
-            layer.source(StoredField.of(reader, "image"), batches[9], 9, Slot(0, []))
+            layer.source(StoredField.of(reader, "image"), batches[9], 9, Slot([]))
         layer.close()
     assert len(pages.reads) == 30
 

@@ -111,7 +111,7 @@ class EpochEngine:
             raise LoaderError(f"{self._slot_memory_text(num_slots)}, more than this machine's "
                               f"{_physical_memory() / 2**30:.1f} GiB of memory")
         try:
-            self.slots = [Slot.allocate(number, batch_size, specs) for number in range(num_slots)]
+            self.slots = [Slot.allocate(batch_size, specs) for _ in range(num_slots)]
         except MemoryError:
             raise LoaderError(f"{self._slot_memory_text(num_slots)}: the allocation failed") from None
         warm_up(plan, self.kernel_arguments, self.slots[0].buffers,

@@ -249,8 +249,12 @@ class Loader:
 
     @property
     def fidelity(self) -> int | None:
-        """The fidelity ``set_fidelity`` set (None: the decoders' own)."""
+        """The fidelity ``set_fidelity`` set (None: the decoders' own); assigning it is ``set_fidelity``."""
         return self._engine.fidelity
+
+    @fidelity.setter
+    def fidelity(self, scans: int | None) -> None:
+        self.set_fidelity(scans)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""

@@ -49,16 +49,15 @@ class Slot:
     view. See the module docstring for who owns a slot when.
     """
 
-    def __init__(self, number: int, buffers: list[np.ndarray]) -> None:
-        self.number = number
+    def __init__(self, buffers: list[np.ndarray]) -> None:
         self.buffers = buffers
         self.scratch = Scratch()
         self.staging = Scratch()
 
     @classmethod
-    def allocate(cls, number: int, batch_size: int, specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> Slot:
+    def allocate(cls, batch_size: int, specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> Slot:
         """A slot with one buffer of ``batch_size`` samples per (per-sample shape, dtype)."""
-        return cls(number, [np.empty((batch_size, *shape), dtype) for shape, dtype in specs])
+        return cls([np.empty((batch_size, *shape), dtype) for shape, dtype in specs])
 
     def release_kept(self) -> None:
         """Give the slot fresh memory where its previous batch is still referenced (kept by the loop).
