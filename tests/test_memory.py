@@ -14,6 +14,7 @@ from beton.errors import FormatError
 from beton.fields import IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache, ProcessCacheLayer
 from beton.memory.base import EpochReads, StoredField
+from beton.memory.page_reader import READ_LEAD
 from beton.pipeline.slots import Slot, SlotGate
 
 from conftest import checked_labels, small_image, write
@@ -160,30 +161,30 @@ def test_a_failing_page_source_raises_its_own_error_in_the_batch_that_needs_the_
 
 
 def test_the_page_reader_waits_on_the_slot_gate_as_the_workers_do(paged_file):
-    batches = [np.arange(5 * b, 5 * b + 5) for b in range(10)]  # 5 pages per batch, none shared
+    batches = [np.arange(5 * b, 5 * b + 5) for b in range(12)]  # 5 pages per batch, none shared
     with Reader(paged_file) as reader:
         pages = FakePages(open(paged_file, "rb").read())
         layer = ProcessCacheLayer(reader, 5, file=pages)
-        gate = SlotGate(5, 0)  # 5 slots: batches 0-2 may start before the loop asks for anything
+        gate = SlotGate(5, 0)  # 5 slots: workers may start batches 0-2 before the loop asks for anything
         layer.start_epoch(EpochReads(batches, 0, (0,), {}, gate))
 
-        def read_so_far(expected):
+        def batches_read(expected):
             deadline = time.monotonic() + 5
-            while len(pages.reads) < expected and time.monotonic() < deadline:
+            while len(pages.reads) < 5 * expected and time.monotonic() < deadline:
                 time.sleep(0.005)
             time.sleep(0.05)  # a reader that ignored the gate would go on meanwhile
-            return len(pages.reads)
+            return len(pages.reads) / 5
 
-        assert read_so_far(15) == 15
+        assert batches_read(3 + READ_LEAD) == 3 + READ_LEAD  # the workers' batches, and its lead
         gate.asked_for(0)  # the loop asks for batch 0: batch 3's slot is free
-        assert read_so_far(20) == 20
+        assert batches_read(4 + READ_LEAD) == 4 + READ_LEAD
         gate.asked_for(2)
-        assert read_so_far(30) == 30
+        assert batches_read(6 + READ_LEAD) == 6 + READ_LEAD
         gate.close()  # the epoch ends: the reader stops, a worker waiting for a batch is not left waiting
         with pytest.raises(RuntimeError, match="closed"):
-            layer.source(StoredField.of(reader, "image"), batches[9], 9, Slot([]))
+            layer.source(StoredField.of(reader, "image"), batches[11], 11, Slot([]))
         layer.close()
-    assert len(pages.reads) == 30
+    assert len(pages.reads) == 5 * (6 + READ_LEAD)
 
 
 def test_the_gate_frees_a_slot_once_the_loop_asks_for_the_batch_after_next():

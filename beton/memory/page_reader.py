@@ -6,8 +6,9 @@ must fill the buffer it is given with exactly the file's bytes or raise a
 :class:`~beton.errors.BetonError`; whatever it raises reaches the worker waiting for the batch, hence the
 training loop, as it was raised.
 
-Walk: for each batch from the epoch's first, wait on the epoch's slot gate (the reader never reads for a
-batch whose slot is still taken, exactly as the workers never compute one), pin every page of the batch in the
+Walk: for each batch from the epoch's first, wait on the epoch's slot gate, leading the workers by
+:data:`READ_LEAD` batches (so that a worker taking a batch finds its pages read, while the pages pinned stay
+within the budget: see :func:`pinned_batches`), pin every page of the batch in the
 :class:`~beton.memory.page_schedule.PageSchedule` (reading the missing ones), then mark the batch ready. When
 the gate closes (the epoch ended), the walk stops the schedule, so that no worker waits for a batch that will
 never be read.
@@ -28,7 +29,17 @@ from beton.memory.page_schedule import Heap, PageSchedule
 from beton.pipeline.slots import SlotGate
 from beton.storage.page_source import PageSource
 
-__all__ = ["PageReader"]
+__all__ = ["PageReader", "READ_LEAD", "pinned_batches"]
+
+#: batches the page reader may run ahead of the workers on the slot gate
+READ_LEAD = 2
+
+
+def pinned_batches(num_slots: int) -> int:
+    """The most consecutive batches whose pages are pinned at once: the loop has received every batch before
+    the one it asked for last (so those released their pages), and the reader pins up to ``READ_LEAD``
+    batches beyond the ``num_slots - 2`` the gate admits after it. The page budget must hold their pages."""
+    return num_slots - 1 + READ_LEAD
 
 
 class PageReader:
@@ -51,7 +62,7 @@ class PageReader:
         schedule = self._schedule
         try:
             for batch in range(self._first, len(schedule.batch_pages)):
-                if not self._gate.wait(batch):
+                if not self._gate.wait(batch, READ_LEAD):
                     schedule.stop()  # the epoch ended: a worker still waiting for a batch must not wait forever
                     return
                 for page in schedule.batch_pages[batch].tolist():

@@ -12,7 +12,8 @@ Two sides share a :class:`PageSchedule`, under its one condition:
 Unpinned pages stay resident while the budget allows, so a page used again soon is not read again; when the
 budget is full the least recently used unpinned page is dropped. The budget is at least the number of
 distinct pages any ``num_slots + 1`` consecutive batches need: the slot gate lets the reader pin at most that
-many consecutive batches (those whose slots are taken), so it never waits for a page another batch holds.
+many consecutive batches (:func:`beton.memory.page_reader.pinned_batches`), so it never waits for a page
+another batch holds.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Three parts, each in its own module, joined here by :class:`ProcessCacheLayer`:
 * the schedule (:mod:`beton.memory.page_schedule`): at the start of an epoch the batches' samples are known,
   hence the pages each batch needs; the page budget; the pinned pages and which batches are ready;
 * the page reader (:mod:`beton.memory.page_reader`): a thread that walks the batches in order, reading the
-  pages of each through a :class:`~beton.storage.page_source.PageSource`, paced to ``read_bandwidth``, never
-  for a batch whose slot is still taken (the epoch's one slot gate);
+  pages of each through a :class:`~beton.storage.page_source.PageSource`, paced to ``read_bandwidth``, held
+  back by the epoch's one slot gate (a fixed lead ahead of the workers);
 * staging (:mod:`beton.memory.staging`): a worker computing batch b waits until b is ready, then copies the
   batch's payloads from the pinned pages into its slot's staging buffers, which the decoders read. When the
   batch's stages are over its pages are unpinned.
@@ -26,7 +26,7 @@ process; pages already read before the change are copies and stay valid.
 
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the slots' staging buffers (one batch of
 payloads per slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
-batches need (less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one
+batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one
 contiguous run of batches, so every page is read once per epoch; under RANDOM a page may be read several times.
 """
 
@@ -37,7 +37,7 @@ import dataclasses
 import numpy as np
 
 from beton.memory.base import EpochReads, MemoryLayer, MemoryStrategy, StoredField
-from beton.memory.page_reader import PageReader
+from beton.memory.page_reader import PageReader, pinned_batches
 from beton.memory.page_schedule import Heap, PageSchedule, minimum_budget
 from beton.memory.staging import stage_payloads, stage_pieces
 from beton.pieces import Pieces
@@ -100,7 +100,7 @@ class ProcessCacheLayer(MemoryLayer):
         empty = np.zeros(0, np.int64)
         batch_pages = [empty] * reads.first + [self._pages_of(samples, reads.payloads)
                                                for samples in reads.batches[reads.first:]]
-        minimum = minimum_budget(batch_pages, self._num_slots + 1)
+        minimum = minimum_budget(batch_pages, pinned_batches(self._num_slots))
         self._schedule = PageSchedule(batch_pages, reads.first,
                                       max(self._requested_budget or 2 * minimum, minimum, 1))
         page_need = self._bytes_needed_per_page(reads.payloads) if self._pieces else None

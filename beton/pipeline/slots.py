@@ -14,7 +14,9 @@ Concurrency model
   which the loop may hold until it asks for batch ``b - num_slots + 2``; so batch ``b`` may start once the
   loop has asked for that batch. Every producer of a batch waits on this gate: the worker threads before
   computing it, and a memory layer that reads ahead (the process cache's page reader) before reading its
-  pages, so neither runs more than the ring ahead of the loop.
+  pages. A producer that does not write into the slot (the page reader fills its own page pool) may *lead*
+  the workers by a fixed number of batches, so that a batch's pages are read before a worker takes it; the
+  ring plus that lead bounds how far anything runs ahead of the loop.
 * **Kept batches**: a batch the loop keeps (``outputs.append(y)``) still references its slot's buffers when
   the slot comes round again; :meth:`Slot.release_kept` then gives the slot fresh buffers and leaves the old
   ones to the kept batch.
@@ -89,10 +91,11 @@ class SlotGate:
         self._limit = first + self._ahead  # batches below this may take their slot
         self._closed = False
 
-    def wait(self, batch: int) -> bool:
-        """Wait until ``batch`` may take its slot: True, or False when the gate was closed meanwhile."""
+    def wait(self, batch: int, lead: int = 0) -> bool:
+        """Wait until ``batch`` may take its slot (or, with ``lead``, until batch ``batch - lead`` may): True, or
+        False when the gate was closed meanwhile."""
         with self._condition:
-            while not self._closed and batch >= self._limit:
+            while not self._closed and batch - lead >= self._limit:
                 self._condition.wait()
             return not self._closed
 
