@@ -94,6 +94,8 @@ class SlotGate:
     def wait(self, batch: int, lead: int = 0) -> bool:
         """Wait until ``batch`` may take its slot (or, with ``lead``, until batch ``batch - lead`` may): True, or
         False when the gate was closed meanwhile."""
+        if batch - lead < self._limit and not self._closed:
+            return True  # the common case, without the lock: the limit only grows, so a stale read only waits
         with self._condition:
             while not self._closed and batch - lead >= self._limit:
                 self._condition.wait()
