@@ -51,7 +51,7 @@ from beton.pipeline.operation import BatchContext
 from beton.pipeline.slots import Slot, SlotGate
 from beton.random import operation_key
 
-__all__ = ["EpochEngine", "EpochIterator", "Progress"]
+__all__ = ["EpochEngine", "EpochIterator", "Delivery", "Progress"]
 
 _WAIT_SECONDS = 0.1  # how often a waiting consumer checks that the workers are still alive
 

@@ -97,6 +97,10 @@ class Loader:
         persistent_workers: accepted and changes nothing: compiled stages and the batch slots already persist
             across epochs, and starting worker threads costs microseconds.
 
+    ``loader.memory_strategy`` is the declared strategy and ``loader.memory`` the running layer built from it
+    (``loader.memory_counters``: what the current epoch read); ``loader.compile_options`` and ``loader.order``
+    are the resolved compile options and order.
+
     Older keywords still work, with a DeprecationWarning naming the new spelling: ``readahead=``,
     ``process_cache_pages=``, ``read_bandwidth=`` (now in ``memory=``), ``quasi_random_window=`` (now
     ``order_kwargs={"window_pages": ...}``), ``kernel_cache_dir=``, ``fuse_stages=`` (now ``compile_options=``).
@@ -132,6 +136,7 @@ class Loader:
         persistent_workers: bool = False,
         **deprecated: Any,
     ) -> None:
+        self._active: weakref.ref[EpochIterator] | None = None  # first: close() must work if __init__ fails
         legacy = legacy_keywords(deprecated)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -171,7 +176,6 @@ class Loader:
         self._compile_pipelines()
         self._next_epoch = 0
         self._next_batch = 0
-        self._active: weakref.ref[EpochIterator] | None = None
         self._progress: Progress | None = None  # the latest epoch's, kept after its iterator is gone
 
     def _compile_pipelines(self) -> None:
