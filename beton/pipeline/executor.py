@@ -28,7 +28,7 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
             continue
         (step,) = stage.steps
         current = values[step.output][:count] if in_buffer[step.output] else values[step.output]
-        context = batch.for_operation(step.output, step.position)
+        context = batch.with_key(batch.keys[step.output, step.position])
         with _locate(plan, step, batch, None):
             if stage.kind == "sample":
                 destination = buffers[step.buffer]

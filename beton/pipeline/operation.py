@@ -100,7 +100,7 @@ class BatchContext:
     """One batch as the executor runs it, and what a Python-level operation may know about it.
 
     The executor makes one per batch (``keys`` and ``sources`` filled) and hands each Python-level operation a
-    copy whose ``key`` is that operation's own (:meth:`for_operation`).
+    copy whose ``key`` is that operation's own (:meth:`with_key`).
     """
 
     samples: np.ndarray  # dataset indices of the batch, int64
@@ -115,11 +115,11 @@ class BatchContext:
     #: per output, where its decoder reads the batch's stored values
     sources: Sequence[Source] = dataclasses.field(default=(), repr=False)
 
-    def for_operation(self, output: int, position: int) -> BatchContext:
-        """This context as the operation at ``position`` of pipeline ``output`` sees it (its own key)."""
+    def with_key(self, key: Any) -> BatchContext:
+        """This context as an operation whose random key is ``key`` sees it."""
         # every field written out: this runs per operation per batch, and dataclasses.replace costs twice as much
-        return BatchContext(self.samples, self.epoch, self.keys[output, position], self.batch, self.seed,
-                            self.scratch, self.fidelity, self.keys, self.sources)
+        return BatchContext(self.samples, self.epoch, key, self.batch, self.seed, self.scratch, self.fidelity,
+                            self.keys, self.sources)
 
     def batch_rng(self, purpose: str) -> np.random.Generator:
         """A generator shared by every operation of this batch that names the same purpose (e.g. mixup)."""
