@@ -3,7 +3,7 @@
     python benchmarks/balanced_mix.py [--images N] [--repeats R] [--bandwidths MB/s ...]
 
 Photo JPEGs (q90, shorter side 256) are loaded with RandomResizedCrop-160 + flip, batch 64, 2 threads, through
-the process cache (``os_cache=False``) so that reads can be throttled to a given rate (``read_bandwidth``):
+the process cache (``memory=ProcessCache(...)``) so that reads can be throttled to a given rate (``read_bandwidth``):
 the storage a training job might sit on. Files use 2 MiB pages and windows of 4 pages (QUASI_RANDOM and
 BALANCED), so each batch needs a few pages and reading overlaps decoding. For each rate, ``beton tune`` plans the raw fraction for that rate
 and writes a balanced file (read with ``OrderOption.BALANCED``); a ``proportion`` file with the same raw
@@ -23,6 +23,7 @@ import tempfile
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
+from beton.memory import ProcessCache
 from beton.tools.bench.data import DecodedJpegDataset, JpegDataset, make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
 from beton.tools.bench.timing import epoch_rate
@@ -45,8 +46,8 @@ def write(path: str, dataset, **field_options) -> str:
 
 
 def loader(path: str, order: OrderOption, bandwidth: float | None) -> Loader:
-    return Loader(path, batch_size=64, num_workers=2, order=order, seed=0, os_cache=False, read_bandwidth=bandwidth,
-                  quasi_random_window=WINDOW_PAGES,
+    return Loader(path, batch_size=64, num_workers=2, order=order, seed=0,
+                  memory=ProcessCache(read_bandwidth=bandwidth), order_kwargs={"window_pages": WINDOW_PAGES},
                   pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), RandomHorizontalFlip(),
                                        ToTensor(), ToTorchImage()],
                              "label": [IntDecoder(), ToTensor()]})

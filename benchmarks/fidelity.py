@@ -5,7 +5,7 @@
 Writes ~500 px photo crops as progressive JPEGs, then for each fidelity k (and all scans) loads one epoch of
 RandomResizedCrop-160 through the OS cache (memory map): with the file dropped from the page cache first
 (bytes read from storage per /proc/self/io: what a slow disk or network file system would have to
-deliver), with and without kernel readahead (``Loader(readahead=False)``), and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
+deliver), with and without kernel readahead (``Loader(memory=OSCache(readahead=False))``), and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
 The process cache still reads whole pages, so this measures the OS-cache path only.
 """
 
@@ -18,6 +18,7 @@ import tempfile
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
+from beton.memory import OSCache
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
 from beton.tools.bench.suite import measured_epoch
@@ -31,7 +32,7 @@ FIDELITIES = (1, 2, 5, 8, None)
 
 def one_epoch(path: str, fidelity: int | None, cold: bool, readahead: bool = True) -> tuple[float, int]:
     def make_loader() -> Loader:
-        loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0, readahead=readahead,
+        loader = Loader(path, batch_size=64, num_workers=2, order=OrderOption.RANDOM, seed=0, memory=OSCache(readahead),
                         pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
                                    "label": [IntDecoder(), ToTensor()]})
         loader.set_fidelity(fidelity)

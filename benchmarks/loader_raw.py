@@ -25,6 +25,7 @@ import numpy as np
 
 import beton
 from beton import Loader, OrderOption
+from beton.loader import CompileOptions
 from beton.tools.bench import contenders
 from beton.tools.bench.data import ArrayDataset, make_raw_images
 from beton.tools.bench.report import run_header, save_json
@@ -44,11 +45,12 @@ FIRST_BATCH_SCRIPT = textwrap.dedent("""
     import time, sys
     start = time.perf_counter()
     from beton import Loader
+    from beton.loader import CompileOptions
     from beton.decoders import NDArrayDecoder
     from beton.transforms import ToTensor
     from beton.transforms.flip import RandomHorizontalFlip
     imported = time.perf_counter()
-    loader = Loader(sys.argv[1], batch_size=512, num_workers=2, kernel_cache_dir=sys.argv[2],
+    loader = Loader(sys.argv[1], batch_size=512, num_workers=2, compile_options=CompileOptions(sys.argv[2]),
                     pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor()]})
     next(iter(loader))
     done = time.perf_counter()
@@ -93,7 +95,8 @@ def main() -> None:
             "fused": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,
                             seed=0, pipelines=four_ops),
             "separate": Loader(hwc_path, batch_size=BATCH_SIZE, num_workers=WORKERS, order=OrderOption.RANDOM,
-                               seed=0, pipelines=four_ops, fuse_stages=False),
+                               seed=0, pipelines=four_ops,
+                               compile_options=CompileOptions(fuse_stages=False)),
         }, arguments.repeats)
 
         cold_cache = os.path.join(directory, "cold-kernels")

@@ -30,6 +30,8 @@ import urllib.request
 
 import cv2
 
+from beton.memory import ProcessCache
+from beton.storage.remote import RemoteOptions
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.tools.bench.contenders import ImageTask, webdataset_images, write_beton_images
@@ -46,7 +48,7 @@ WINDOW_PAGES = 8
 
 def make_loader(path: str, **options) -> Loader:
     return Loader(path, batch_size=64, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0,
-                  quasi_random_window=WINDOW_PAGES,
+                  order_kwargs={"window_pages": WINDOW_PAGES},
                   pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), RandomHorizontalFlip(), ToTensor(),
                                        ToTorchImage()],
                              "label": [IntDecoder(), ToTensor()]}, **options)
@@ -152,7 +154,7 @@ def main() -> None:
                         row["local, process cache"] = epoch_rate(loader, "local, process cache")
                     with tempfile.TemporaryDirectory() as cache:
                         opened = time.perf_counter()
-                        with make_loader(server.url("photos.beton"), cache_dir=cache) as loader:
+                        with make_loader(server.url("photos.beton"), memory=ProcessCache(remote=RemoteOptions(cache_dir=cache))) as loader:
                             row["open_seconds"] = time.perf_counter() - opened
                             before = server.stats()
                             row["remote, first epoch"] = epoch_rate(loader, "remote, first epoch")

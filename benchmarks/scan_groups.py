@@ -20,6 +20,7 @@ import time
 import cv2
 
 from beton import DatasetWriter, Loader, OrderOption
+from beton.memory import ProcessCache
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
 from beton.fields import IntField, RGBImageField
@@ -32,8 +33,8 @@ PAGE_SIZE = 1 << 20
 
 
 def one_epoch(path: str, fidelity: int | None, bandwidth: float | None) -> tuple[float, int]:
-    with Loader(path, batch_size=64, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0, os_cache=False,
-                read_bandwidth=bandwidth, quasi_random_window=4,
+    with Loader(path, batch_size=64, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0,
+                memory=ProcessCache(read_bandwidth=bandwidth), order_kwargs={"window_pages": 4},
                 pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), ToTensor()],
                            "label": [IntDecoder(), ToTensor()]}) as loader:
         loader.set_fidelity(fidelity)

@@ -1,10 +1,11 @@
-"""FFCV's import path ``ffcv.memory_managers``: the Loader's two memory strategies, under FFCV's names.
+"""FFCV's import path ``ffcv.memory_managers``: the Loader's two running memory layers, under FFCV's names.
 
-The Loader builds them itself (``os_cache=True`` or ``False``); the names are here so that FFCV scripts that
+As in FFCV, the Loader builds them itself, here from ``os_cache=`` or a declared strategy
+(``memory=beton.memory.OSCache(...)`` or ``ProcessCache(...)``); the names are here so that FFCV scripts that
 import them keep importing.
 """
 
-from beton.memory.os_cache import OSCache as OSCacheManager
-from beton.memory.process_cache import ProcessCache as ProcessCacheManager
+from beton.memory.os_cache import OSCacheLayer as OSCacheManager
+from beton.memory.process_cache import ProcessCacheLayer as ProcessCacheManager
 
 __all__ = ["OSCacheManager", "ProcessCacheManager"]

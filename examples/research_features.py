@@ -21,6 +21,7 @@ import numpy as np
 import beton
 from beton import Loader, OrderOption
 from beton.fields import IntField, RGBImageField
+from beton.memory import ProcessCache
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
@@ -47,8 +48,8 @@ def pipelines() -> dict:
 
 def fidelity_schedule(directory: str, samples: list) -> None:
     path = write(os.path.join(directory, "progressive.beton"), samples, write_mode="progressive", scan_grouped=True)
-    with Loader(path, batch_size=BATCH, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0, os_cache=False,
-                pipelines=pipelines()) as loader:
+    with Loader(path, batch_size=BATCH, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0,
+                memory=ProcessCache(), pipelines=pipelines()) as loader:
         for epoch, scans in enumerate((2, None)):
             loader.set_fidelity(scans)  # low fidelity early in training, all scans later: no rewrite
             count = sum(len(labels) for _, labels in loader)
@@ -64,8 +65,8 @@ def balanced_mix(directory: str, samples: list) -> None:
     print(f"  {plan.describe()}")
     with beton.Reader(tuned) as reader:
         raw = reader.data_table["image"]["mode"] == 0
-    with Loader(tuned, batch_size=BATCH, num_workers=2, order=OrderOption.BALANCED, seed=0, os_cache=False,
-                read_bandwidth=400e6, pipelines=pipelines()) as loader:
+    with Loader(tuned, batch_size=BATCH, num_workers=2, order=OrderOption.BALANCED, seed=0,
+                memory=ProcessCache(read_bandwidth=400e6), pipelines=pipelines()) as loader:
         mix = [int(raw[samples].sum()) for samples in loader.epoch_batches(0)]
         for _ in loader:
             pass

@@ -28,6 +28,11 @@ ANY_FILE_ORDERS = [order for order in beton.OrderOption
                    if order not in (beton.OrderOption.BALANCED, beton.OrderOption.BUCKETED)]
 
 
+def window_of(order, pages=2):
+    """``order_kwargs`` giving a page-window order a small window (the other orders take none)."""
+    return {"window_pages": pages} if order is beton.OrderOption.QUASI_RANDOM else {}
+
+
 class ListDataset:
     """An indexed dataset over a list of sample tuples."""
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from beton import Loader
 
-from conftest import ANY_FILE_ORDERS
+from conftest import ANY_FILE_ORDERS, window_of
 
 
 def main(path: str, rendezvous: str, rank: int, world_size: int, output: str, seed: int | None) -> None:
@@ -20,7 +20,7 @@ def main(path: str, rendezvous: str, rank: int, world_size: int, output: str, se
     seen = {}
     for order in ANY_FILE_ORDERS:
         with Loader(path, batch_size=16, num_workers=2, order=order, seed=seed, distributed=True,
-                    indices=range(202), quasi_random_window=2) as loader:
+                    indices=range(202), order_kwargs=window_of(order)) as loader:
             seen[order.name] = {"len": len(loader), "seed": loader.seed,
                                 "epochs": [[labels.tolist() for _, labels in loader] for _ in range(2)]}
     dist.barrier()

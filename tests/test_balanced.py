@@ -17,6 +17,7 @@ from beton.tools.bench.data import make_jpegs
 from beton.errors import PipelineError
 from beton.fields import IntField, RGBImageField
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.memory import ProcessCache
 from beton.order import BalancedOrder, OrderContext
 from beton.order.balanced import batch_composition
 from beton.transforms import ToTensor
@@ -144,7 +145,7 @@ def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path
 
 def test_read_bandwidth_paces_the_process_cache(jpeg_file):
     rate = 2e6
-    with Loader(jpeg_file, batch_size=32, os_cache=False, read_bandwidth=rate, order=OrderOption.QUASI_RANDOM,
+    with Loader(jpeg_file, batch_size=32, memory=ProcessCache(read_bandwidth=rate), order=OrderOption.QUASI_RANDOM,
                 pipelines={"image": [RandomResizedCropRGBImageDecoder((8, 8))], "label": [IntDecoder()]}) as loader:
         start = time.perf_counter()
         for _ in loader:
@@ -153,7 +154,7 @@ def test_read_bandwidth_paces_the_process_cache(jpeg_file):
         read = loader.memory_counters["bytes_read"]
     assert read > 0 and elapsed >= 0.9 * (read - 16384) / rate  # the first page may come before any pause
     with pytest.raises(ValueError, match="read_bandwidth"):
-        Loader(jpeg_file, batch_size=4, read_bandwidth=rate)
+        ProcessCache(read_bandwidth=-rate)
 
 
 def test_scan_grouped_progressive_sources_are_rewritten_whole_and_lossless_ones_refused(tmp_path):

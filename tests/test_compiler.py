@@ -14,6 +14,7 @@ import torch
 
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder
+from beton.loader import CompileOptions
 from beton.pipeline.operation import JitOperation
 from beton.transforms import Convert, ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
@@ -25,7 +26,8 @@ from conftest import small_image
 def test_consecutive_jit_operations_of_all_outputs_fuse_into_one_stage(image_file, tmp_path):
     pipelines = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), RandomVerticalFlip(), ToTensor()],
                  "label": [IntDecoder(), ToTensor(), Convert(torch.int32)]}
-    with Loader(image_file, batch_size=8, num_workers=1, pipelines=pipelines, kernel_cache_dir=str(tmp_path)) as loader:
+    with Loader(image_file, batch_size=8, num_workers=1, pipelines=pipelines,
+                compile_options=CompileOptions(kernel_cache_dir=str(tmp_path))) as loader:
         kinds = [(stage.kind, len(stage.steps)) for stage in loader.plan.stages]
         assert kinds == [("jit", 4), ("batch", 1), ("batch", 1), ("batch", 1)]
         (module_file,) = [name for name in os.listdir(tmp_path) if name.endswith(".py")]
@@ -38,10 +40,12 @@ def test_a_fresh_process_loads_compiled_stages_from_disk(image_file, tmp_path):
     script = textwrap.dedent(f"""
         import time, numba
         from beton import Loader
+        from beton.loader import CompileOptions
         from beton.decoders import NDArrayDecoder
         from beton.transforms import ToTensor
         from beton.transforms.flip import RandomHorizontalFlip
-        loader = Loader({str(image_file)!r}, batch_size=8, num_workers=1, kernel_cache_dir={str(tmp_path)!r},
+        loader = Loader({str(image_file)!r}, batch_size=8, num_workers=1,
+                        compile_options=CompileOptions(kernel_cache_dir={str(tmp_path)!r}),
                         pipelines={{"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor()]}})
         stage = loader.plan.stages[0].function
         print(len(stage.stats.cache_hits), len(stage.stats.cache_misses))

@@ -13,7 +13,7 @@ import pytest
 
 from beton import Loader
 
-from conftest import ANY_FILE_ORDERS
+from conftest import ANY_FILE_ORDERS, window_of
 
 SAMPLES = 202
 BATCH_SIZE = 16
@@ -57,7 +57,7 @@ def test_ranks_partition_every_epoch_of_every_order(image_file, tmp_path, world_
             for rank in range(world_size):
                 with Loader(image_file, batch_size=BATCH_SIZE, num_workers=1, order=order, seed=used,
                             rank=rank, world_size=world_size, indices=range(SAMPLES),
-                            quasi_random_window=2) as loader:
+                            order_kwargs=window_of(order)) as loader:
                     assert [b.tolist() for b in loader.epoch_batches(epoch)] == ranks[rank]["epochs"][epoch]
 
 

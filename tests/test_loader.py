@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import threading
 
 import numpy as np
@@ -12,11 +14,24 @@ import beton
 import beton.order
 from beton import Loader, OrderOption
 from beton.errors import PipelineError
-from beton.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder
-from beton.transforms import Convert, Squeeze, ToTensor, ToTorchImage
+from beton.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder, SimpleRGBImageDecoder
+from beton.fields import IntField, RGBImageField
+from beton.loader import CompileOptions
+from beton.memory import OSCache, ProcessCache
+from beton.traversal_order import TraversalOrder
+from beton.transforms import Convert, ImageMixup, LabelMixup, Squeeze, ToTensor, ToTorchImage
 from beton.transforms.flip import RandomHorizontalFlip
 
 from conftest import ANY_FILE_ORDERS, MIXED_FIELDS, mixed_sample, small_image, write
+from resume_conformance import check_resume
+
+
+@pytest.fixture(scope="module")
+def image_mix_file(tmp_path_factory):
+    """60 images, about half stored raw and half as JPEG: what the BALANCED order balances."""
+    path = tmp_path_factory.mktemp("mix") / "mix.beton"
+    return write(path, {"image": RGBImageField(write_mode="proportion", compress_probability=0.5),
+                        "label": IntField()}, [(small_image(i), i) for i in range(60)], page_size=1024)
 
 
 def labels_of(loader):
@@ -109,27 +124,49 @@ def test_seed_none_is_drawn_recorded_and_resumable(image_file):
         assert epoch_orders(resumed) == orders
 
 
-@pytest.mark.parametrize("order", ANY_FILE_ORDERS)
-@pytest.mark.parametrize("midpoint", [0, 1, 5, 12])
-def test_resume_yields_exactly_the_remaining_batches(image_file, order, midpoint):
-    def make_loader():
-        return Loader(image_file, batch_size=16, num_workers=2, order=order, seed=11)
+class EvensThenOdds(beton.order.Order):
+    """A user-defined order: even indices first, then odd ones, reversed on odd epochs."""
 
-    with make_loader() as reference:
-        labels_of(reference)  # epoch 0
-        expected = labels_of(reference)  # epoch 1, uninterrupted
-        expected_next_epoch = labels_of(reference)
-    with make_loader() as interrupted:
-        labels_of(interrupted)
-        iterator = iter(interrupted)
-        for _ in range(midpoint):
-            next(iterator)
-        state = interrupted.state_dict()
-    assert state["epoch"] == 1 and state["position"] == midpoint
-    with make_loader() as resumed:
-        resumed.load_state_dict(state)
-        assert labels_of(resumed) == expected[midpoint:]
-        assert labels_of(resumed) == expected_next_epoch
+    def permutation(self, indices, seed, epoch, context):
+        ordered = np.concatenate([indices[indices % 2 == 0], indices[indices % 2 == 1]])
+        return ordered[::-1] if epoch % 2 else ordered
+
+
+class Rotating(TraversalOrder):
+    """FFCV's custom-order contract: a rotation by the epoch, keyed by nothing else."""
+
+    def sample_order(self, epoch):
+        return np.roll(self.indices, 17 * (epoch + 1))
+
+
+AUGMENTED = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), ImageMixup(0.5)],  # per-sample and per-batch draws
+             "label": [IntDecoder(), LabelMixup(0.5), ToTensor()]}
+MEMORIES = [OSCache(), ProcessCache()]
+EVERY_ORDER = [*ANY_FILE_ORDERS, EvensThenOdds(), Rotating]
+
+
+@pytest.mark.parametrize("memory", MEMORIES, ids=["os-cache", "process-cache"])
+@pytest.mark.parametrize("order", EVERY_ORDER, ids=lambda order: getattr(order, "name", type(order).__name__))
+@pytest.mark.parametrize("midpoint", [0, 5, 13])
+def test_every_order_resumes_exactly_under_both_memory_strategies(image_file, order, memory, midpoint):
+    check_resume(lambda: Loader(image_file, batch_size=16, num_workers=2, order=order, seed=11, memory=memory,
+                                pipelines=AUGMENTED), midpoint)
+
+
+@pytest.mark.parametrize("memory", MEMORIES, ids=["os-cache", "process-cache"])
+def test_balanced_resumes_exactly(image_mix_file, memory):
+    check_resume(lambda: Loader(image_mix_file, batch_size=8, num_workers=2, order=OrderOption.BALANCED, seed=4,
+                                memory=memory, pipelines={"image": [SimpleRGBImageDecoder(), RandomHorizontalFlip(),
+                                                                    ToTensor()]}), 3)
+
+
+@pytest.mark.parametrize("options", [{"num_workers": 0}, {"num_workers": 1, "batches_ahead": 5},
+                                     {"rank": 1, "world_size": 3, "order": OrderOption.QUASI_RANDOM},
+                                     {"drop_last": True, "order": OrderOption.RANDOM, "overwrite_kept": True}],
+                         ids=["in-loop", "one-worker-far-ahead", "rank-1-of-3", "drop-last-ring"])
+def test_resume_is_exact_for_any_workers_shard_and_ring(image_file, options):
+    check_resume(lambda: Loader(image_file, batch_size=16, seed=2, pipelines=AUGMENTED,
+                                **{"num_workers": 2, "order": OrderOption.RANDOM, **options}), 2)
 
 
 EXPECTED_BATCHES = [list(range(16 * k, min(203, 16 * k + 16))) for k in range(13)]
@@ -261,14 +298,6 @@ def test_bytes_and_json_decoders_keep_exact_lengths(tmp_path):
         assert got == samples
 
 
-class EvensThenOdds(beton.order.Order):
-    """A user-defined order: even indices first, then odd ones, reversed on odd epochs."""
-
-    def permutation(self, indices, seed, epoch, context):
-        ordered = np.concatenate([indices[indices % 2 == 0], indices[indices % 2 == 1]])
-        return ordered[::-1] if epoch % 2 else ordered
-
-
 def test_a_user_defined_order(image_file):
     with Loader(image_file, batch_size=50, num_workers=2, order=EvensThenOdds(), indices=range(10)) as loader:
         assert labels_of(loader) == [[0, 2, 4, 6, 8, 1, 3, 5, 7, 9]]
@@ -382,3 +411,93 @@ def test_set_epoch_after_an_interrupted_epoch_moves_the_checkpoint_too(image_fil
         assert loader.state_dict()["epoch"] == 0
         loader.set_epoch(5)  # a DDP loop that sets the epoch and checkpoints before iterating
         assert loader.state_dict() == {"seed": 5, "epoch": 5, "position": 0}
+
+
+# ---- configuration: option objects, FFCV's shorthand, the older keywords ---------------------------------------
+
+FFCV_NAMES = {"fname", "path", "batch_size", "num_workers", "os_cache", "order", "distributed", "seed", "indices",
+              "pipelines", "custom_fields", "drop_last", "batches_ahead", "recompile"}
+OLDER_KEYWORDS = {"readahead": ("memory=OSCache(readahead=...)", lambda loader: loader.memory_strategy, OSCache(False)),
+                  "process_cache_pages": ("memory=ProcessCache(pages=...)", lambda loader: loader.memory_strategy,
+                                          ProcessCache(pages=7)),
+                  "read_bandwidth": ("memory=ProcessCache(read_bandwidth=...)",
+                                     lambda loader: loader.memory_strategy, ProcessCache(read_bandwidth=1e9)),
+                  "quasi_random_window": ("order_kwargs={'window_pages': ...}",
+                                          lambda loader: loader.order.window_pages, 3),
+                  "fuse_stages": ("compile_options=CompileOptions(fuse_stages=...)",
+                                  lambda loader: loader.compile_options, CompileOptions(fuse_stages=False))}
+OLDER_VALUES = {"readahead": False, "process_cache_pages": 7, "read_bandwidth": 1e9, "quasi_random_window": 3,
+                "fuse_stages": False}
+
+
+def test_the_constructor_takes_at_most_twelve_options_beyond_ffcvs_names():
+    import inspect
+
+    parameters = inspect.signature(Loader).parameters
+    own = [name for name, p in parameters.items() if name not in FFCV_NAMES and p.kind is not p.VAR_KEYWORD]
+    assert len(own) <= 12, own
+    assert not set(OLDER_KEYWORDS) & set(parameters) and "kernel_cache_dir" not in parameters
+
+
+@pytest.mark.parametrize("name", sorted(OLDER_KEYWORDS))
+def test_older_keywords_still_work_and_name_their_new_spelling(image_file, name):
+    spelling, read, expected = OLDER_KEYWORDS[name]
+    options = {"os_cache": False} if name in ("process_cache_pages", "read_bandwidth") else {}
+    if name == "quasi_random_window":
+        options["order"] = OrderOption.QUASI_RANDOM
+    with pytest.warns(DeprecationWarning, match=re.escape(spelling)):
+        loader = Loader(image_file, batch_size=16, num_workers=1, seed=1, **options, **{name: OLDER_VALUES[name]})
+    with loader:
+        assert read(loader) == expected
+        assert sorted(sum(epoch_labels(loader), [])) == list(range(203))
+
+
+def test_kernel_cache_dir_moved_into_compile_options(image_file, tmp_path):
+    with pytest.warns(DeprecationWarning, match=r"compile_options=CompileOptions\(kernel_cache_dir=\.\.\.\)"):
+        loader = Loader(image_file, batch_size=16, num_workers=1, kernel_cache_dir=str(tmp_path),
+                        pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(flip_prob=0.123)]})  # a new stage
+    with loader:
+        assert loader.compile_options == CompileOptions(kernel_cache_dir=str(tmp_path))
+    assert list(tmp_path.glob("beton_stage_*.py"))  # the stage was written where the old keyword said
+    with pytest.raises(ValueError, match="inside compile_options"), pytest.warns(DeprecationWarning):
+        Loader(image_file, batch_size=16, compile_options=CompileOptions(), fuse_stages=False)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'readahed'"):
+        Loader(image_file, batch_size=16, readahed=False)
+
+
+def epoch_labels(loader):
+    return [labels.tolist() for _, labels in loader]
+
+
+def test_a_memory_strategy_is_a_reusable_declaration(image_file):
+    strategy = ProcessCache(pages=100)
+    with Loader(image_file, batch_size=16, num_workers=2, memory=strategy, order=OrderOption.RANDOM, seed=3) as one, \
+            Loader(image_file, batch_size=16, num_workers=1, memory=strategy, order=OrderOption.RANDOM, seed=3) as two:
+        assert one.memory is not two.memory and one.memory_strategy is two.memory_strategy is strategy
+        assert epoch_labels(one) == epoch_labels(two)  # interleaved use of one declaration: two independent caches
+        assert one.memory_counters["pages_read"] > 0 and one.memory.budget_pages == 100
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        strategy.pages = 1  # type: ignore[misc]
+    assert strategy == ProcessCache(pages=100)
+
+
+def test_os_cache_is_the_shorthand_and_contradicting_memory_is_an_error(image_file):
+    from beton.memory import OSCacheLayer, ProcessCacheLayer
+
+    for options, layer in (({}, OSCacheLayer), ({"os_cache": True}, OSCacheLayer),
+                           ({"os_cache": False}, ProcessCacheLayer), ({"memory": ProcessCache()}, ProcessCacheLayer),
+                           ({"os_cache": True, "memory": OSCache(readahead=False)}, OSCacheLayer)):
+        with Loader(image_file, batch_size=16, num_workers=1, **options) as loader:
+            assert type(loader.memory) is layer
+    with pytest.raises(ValueError, match="contradicts"):
+        Loader(image_file, batch_size=16, os_cache=True, memory=ProcessCache())
+    with pytest.raises(ValueError, match="contradicts"):
+        Loader(image_file, batch_size=16, os_cache=False, memory=OSCache())
+    with pytest.raises(ValueError, match="read_bandwidth"), pytest.warns(DeprecationWarning):
+        Loader(image_file, batch_size=16, read_bandwidth=1e6)  # the OS cache cannot pace its reads
+    with pytest.raises(ValueError, match="inside memory="), pytest.warns(DeprecationWarning):
+        Loader(image_file, batch_size=16, memory=ProcessCache(), process_cache_pages=3)
+    with pytest.raises(TypeError, match="memory must be"):
+        Loader(image_file, batch_size=16, memory="process")
+    with pytest.raises(ValueError, match="positive"):
+        ProcessCache(read_bandwidth=0)

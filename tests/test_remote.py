@@ -4,6 +4,7 @@ either gives the same data or raises a clear error, never other data."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the
 
 import beton  # noqa: E402
 from beton.errors import BetonError, CorruptDataError, FormatError, StorageError  # noqa: E402
+from beton.memory import ProcessCache  # noqa: E402
 from beton.storage.remote import RemoteOptions, is_url  # noqa: E402
 from beton.storage.remote.cache import DiskPageCache  # noqa: E402
 from beton.storage.remote.pages import expected_reads  # noqa: E402
@@ -30,6 +32,11 @@ from range_server import Fault, RangeServer  # noqa: E402
 NUM_SAMPLES = 300
 PAGE_SIZE = 1024  # small pages: many pages, payloads across page boundaries
 FAST = RemoteOptions(retries=4, backoff=0.001, max_backoff=0.01, timeout=2.0)  # retries without long pauses
+
+
+def remote_cache(**options) -> ProcessCache:
+    """The Loader's memory strategy for a URL: the process cache, reading with FAST's retries and ``options``."""
+    return ProcessCache(remote=dataclasses.replace(FAST, **options))
 LOADER_PIPELINES = {"blob": None, "meta": None}
 
 
@@ -115,7 +122,7 @@ def test_verify_and_cli_accept_urls(served, server, capsys):
 def test_loader_over_http_yields_the_local_batches(served, server, order):
     _, url, path = served
     expected = loader_batches(path, epochs=2, order=order, os_cache=False)
-    got = loader_batches(url, epochs=2, order=order, remote_options=FAST)  # os_cache=True: falls back, documented
+    got = loader_batches(url, epochs=2, order=order, memory=remote_cache())
     assert_same_batches(got, expected)
 
 
@@ -175,7 +182,7 @@ def test_loader_survives_faults_in_the_middle_of_an_epoch(served, server):
         middle = local.heap_offset + local.heap_size // 2
     faults = [Fault(kind, times=1, from_byte=middle) for kind in ("503", "corrupt", "drop", "truncate", "corrupt")]
     server.faults.extend(faults)
-    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, remote_options=FAST)
+    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache())
     assert all(fault.times == 0 for fault in faults)
     assert_same_batches(got, expected)
 
@@ -208,7 +215,7 @@ def test_a_page_that_keeps_arriving_corrupted_is_never_returned(served, server):
 
 def test_loader_raises_in_the_training_loop_when_retries_run_out(served, server):
     _, url, _ = served
-    loader = beton.Loader(url, batch_size=32, num_workers=2, pipelines=LOADER_PIPELINES, remote_options=FAST)
+    loader = beton.Loader(url, batch_size=32, num_workers=2, pipelines=LOADER_PIPELINES, memory=remote_cache())
     with beton.Reader(url, remote_options=FAST) as reader:
         server.faults.append(Fault("503", times=1000, from_byte=reader.page_bounds(reader.num_pages // 2)[0]))
     delivered = 0
@@ -238,7 +245,7 @@ def test_a_file_replaced_on_the_server_is_noticed_at_the_next_epoch(tmp_path):
     path = write(str(tmp_path / "data.beton"), MIXED_FIELDS, [mixed_sample(i) for i in range(50)], page_size=1024)
     with RangeServer(tmp_path) as server:
         loader = beton.Loader(server.url("data.beton"), batch_size=10, num_workers=1, pipelines=LOADER_PIPELINES,
-                              remote_options=FAST)
+                              memory=remote_cache())
         assert len(list(loader)) == 5
         write(str(tmp_path / "new.beton"), MIXED_FIELDS, [mixed_sample(i + 1) for i in range(50)], page_size=1024)
         os.replace(tmp_path / "new.beton", path)
@@ -274,7 +281,7 @@ def test_a_second_epoch_reads_the_disk_cache_and_nothing_from_the_server(served,
     expected = loader_batches(path, epochs=2, order=beton.OrderOption.QUASI_RANDOM, os_cache=False)
     requests = []
     with beton.Loader(url, batch_size=32, num_workers=2, seed=3, pipelines=LOADER_PIPELINES,
-                      order=beton.OrderOption.QUASI_RANDOM, cache_dir=tmp_path, remote_options=FAST) as loader:
+                      order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache(cache_dir=tmp_path)) as loader:
         got = []
         for _ in range(2):
             before = server.requests
@@ -376,7 +383,7 @@ def test_reader_and_loader_over_s3(s3):
         assert_same_samples(reader, path)
     assert beton.verify(url, storage_options=options).num_samples == NUM_SAMPLES
     expected = loader_batches(path, order=beton.OrderOption.QUASI_RANDOM, os_cache=False)
-    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, storage_options=options, remote_options=FAST)
+    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache(storage_options=options))
     assert_same_batches(got, expected)
 
 

@@ -1,74 +1,223 @@
-"""One epoch of batches: worker threads filling a ring of preallocated batch slots, one consumer.
+"""The epoch engine: worker threads computing batches into a ring of slots, one consumer, one slot gate.
+
+An :class:`EpochEngine` belongs to one plan of the Loader's pipelines (a replan builds another): it owns the
+ring of :class:`~beton.pipeline.slots.Slot` (each batch's output buffers, scratch and staging), computes a batch
+in its slot (sources from the memory layer, then the plan's stages), and starts each epoch's
+:class:`EpochIterator`. A batch's number is its place in the epoch (counting batches a resume skipped), the
+same number everywhere: the gate, the slot, the memory layer, ``BatchContext.batch`` and ``state_dict``.
 
 Concurrency model
 -----------------
-* **Slots.** The Loader owns ``num_slots`` slots, each a set of buffers sized for a full batch, allocated once
-  and reused by every epoch. Batch ``b`` is computed in slot ``b % num_slots``.
-* **Who owns a slot when.** A worker thread takes the next batch number under the lock, waits until that
-  batch's slot is free, fills it without holding the lock, then publishes the batch's result (outputs, or the
-  exception it raised) under the lock. The consumer owns a slot from the moment ``next()`` returns its batch
-  until the following ``next()`` call, and a slot is taken for a new batch only once the consumer has asked
-  for the batch after the next one, so the loop's variables (which still hold the previous batch while
-  ``next()`` runs) never point into a slot being refilled. Formally: batch ``x`` may be computed once the
-  consumer has asked for batch ``x - num_slots + 2``. Batches the loop *keeps* (``outputs.append(y)``) are
-  protected by the Loader, which gives a slot fresh memory when something still references the old one.
+* **Slots and the gate.** Batch ``b`` is computed in slot ``b % num_slots``. One
+  :class:`~beton.pipeline.slots.SlotGate` per epoch says when a batch may take its slot: once the consumer has
+  asked for batch ``b - num_slots + 2``, so the loop's variables (which still hold the previous batch while
+  ``next()`` runs) never point into a slot being refilled. The workers wait on it before computing a batch, and
+  a memory layer that reads ahead (the process cache's page reader) before reading one. Batches the loop
+  *keeps* (``outputs.append(y)``) are protected by the slot, which takes fresh memory when something still
+  references the old one (``Slot.release_kept``).
+* **Who owns a slot when.** A worker takes the next batch number under the epoch's lock, waits on the gate,
+  fills the slot without holding any lock, then publishes the batch's result (outputs, or the exception it
+  raised) under the lock. The consumer owns the slot from the moment ``next()`` returns its batch until it
+  asks for the batch after the next one.
 * **Errors.** An exception in any stage is stored as that batch's result, stops further batches from being
   started, and is raised by ``next()`` in the consumer as the original exception, with a note naming the
   pipeline, operation and sample. Batches before it are still delivered first, in order.
 * **Teardown.** ``close()`` - called on exhaustion, on an error, by ``break`` (the iterator is dropped), by the
-  Loader starting another epoch, by ``Loader.close()`` and by garbage collection - sets the stop flag, wakes
-  every thread and joins them. An iterator closed because the Loader started another epoch raises
-  :class:`~beton.errors.LoaderError` when asked for more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``, never the iterator,
-  so dropping the iterator is enough to collect it.
+  Loader starting another epoch, by ``Loader.close()`` and by garbage collection - sets the stop flag, closes
+  the gate (which ends the page reader's walk too), wakes every thread and joins the workers. An iterator
+  closed because the Loader started another epoch raises :class:`~beton.errors.LoaderError` when asked for
+  more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``
+  and the engine, never the iterator, so dropping the iterator is enough to collect it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
+from beton.codecs.jpeg_scans import scans_to_read
 from beton.errors import LoaderError
-from beton.pipeline.executor import BatchJob
+from beton.memory.base import EpochReads, MemoryLayer, StoredField
+from beton.pieces import Pieces
+from beton.pipeline.compiler import Plan
+from beton.pipeline.executor import run_batch, warm_up
+from beton.pipeline.operation import BatchContext
+from beton.pipeline.ragged import map_parts
+from beton.pipeline.slots import Slot, SlotGate
+from beton.random import operation_key
 
-__all__ = ["EpochIterator"]
+__all__ = ["EpochEngine", "EpochIterator", "Delivery", "Progress"]
 
 _WAIT_SECONDS = 0.1  # how often a waiting consumer checks that the workers are still alive
 
 
-class _EpochState:
-    """Everything the threads share; guarded by ``condition``."""
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """How batches reach the loop: ``pin_memory`` (page-locked copies of CPU tensors, for CUDA), ``copy``
+    (copies of every output), ``overwrite_kept`` (FFCV's ring: no check for kept batches)."""
 
-    def __init__(self, num_batches: int, num_slots: int) -> None:
+    pin_memory: bool = False
+    copy: bool = False
+    overwrite_kept: bool = False
+
+
+class Progress:
+    """Where an epoch stands: updated by its iterator, read by ``Loader.state_dict`` (also once it is gone)."""
+
+    def __init__(self, epoch: int, next_batch: int, end: int) -> None:
+        self.epoch, self.next_batch, self.end = epoch, next_batch, end
+
+    @property
+    def finished(self) -> bool:
+        return self.next_batch >= self.end
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Epoch:
+    """What every batch of one epoch shares."""
+
+    number: int
+    batches: Sequence[np.ndarray]  # by batch number
+    seed: int
+    keys: Mapping[tuple[int, int], np.uint64]  # (output, position) -> the operation's key for this epoch
+
+
+class EpochEngine:
+    """The ring of slots of one plan, how a batch is computed in it, and each epoch's start.
+
+    ``fields``: per output of the plan, the stored field it reads. ``memory``: the Loader's memory layer.
+    ``fidelity``: progressive-JPEG scans the decoders read (``Loader.set_fidelity``; None: their own setting),
+    read by every batch as it starts, and by the memory layer at each epoch's start.
+    """
+
+    def __init__(self, plan: Plan, fields: Sequence[StoredField], memory: MemoryLayer, *, batch_size: int,
+                 num_slots: int, num_workers: int, delivery: Delivery, fidelity: int | None = None) -> None:
+        self.plan, self.fields, self.memory = plan, tuple(fields), memory
+        self.batch_size, self.num_workers, self.delivery = batch_size, num_workers, delivery
+        self.fidelity = fidelity
+        self.kernel_arguments = {
+            (step.output, step.position): step.operation.kernel_arguments(step.input_state)
+            for stage in plan.stages if stage.kind == "jit" for step in stage.steps
+        }
+        self._payloads = tuple(sorted({stored.payload for stored in self.fields if stored.payload >= 0}))
+        specs = [(spec.shape, spec.dtype) for spec in plan.buffers]
+        needed = _slot_bytes(plan, batch_size) * num_slots
+        if needed > _physical_memory():
+            raise LoaderError(f"{self._slot_memory_text(num_slots)}, more than this machine's "
+                              f"{_physical_memory() / 2**30:.1f} GiB of memory")
+        try:
+            self.slots = [Slot.allocate(batch_size, specs) for _ in range(num_slots)]
+        except MemoryError:
+            raise LoaderError(f"{self._slot_memory_text(num_slots)}: the allocation failed") from None
+        warm_up(plan, self.kernel_arguments, self.slots[0].buffers,
+                [memory.empty_source(stored) for stored in self.fields])
+
+    def _slot_memory_text(self, num_slots: int) -> str:
+        # A file's image records may claim large sizes (up to the pixel cap each): what the slots need follows
+        # from them, and is refused when it exceeds the machine's memory rather than failing in numpy.
+        plan = self.plan
+        largest = max(range(len(plan.buffers)), key=lambda b: _buffer_bytes(plan.buffers[b], 1))
+        owner = next((plan.output_names[step.output] for stage in plan.stages for step in stage.steps
+                      if step.buffer == largest), "?")
+        spec = plan.buffers[largest]
+        return (f"the batch slots would need {_slot_bytes(plan, self.batch_size) * num_slots / 2**30:.1f} "
+                f"GiB ({num_slots} slots of batch_size={self.batch_size}; the largest buffer is pipeline "
+                f"{owner!r}'s {spec.shape} {spec.dtype} per sample: the largest image in the file, for a decoder "
+                "that keeps sizes; a crop decoder, a smaller batch_size or max_image_pixels= bound it)")
+
+    # ---- an epoch --------------------------------------------------------------------------------------------
+
+    def start(self, epoch: int, batches: Sequence[np.ndarray], first: int, seed: int) -> EpochIterator:
+        """Start computing ``batches[first:]`` of epoch ``epoch``; the iterator hands them to the loop."""
+        keys = {(s.output, s.position): operation_key(seed, epoch, s.output, s.position)
+                for stage in self.plan.stages for s in stage.steps}
+        gate = SlotGate(len(self.slots), first)
+        # may raise: the file changed since it was opened
+        self.memory.start_epoch(EpochReads(batches, first, self._payloads, self._read_pieces(self.fidelity), gate))
+        try:
+            return EpochIterator(self, _Epoch(epoch, batches, seed, keys), first, gate)
+        except BaseException:
+            gate.close()
+            raise
+
+    def _read_pieces(self, fidelity: int | None) -> dict[int, Pieces]:
+        """Per payload column whose decoders read only parts of each allocation (the first scans of scan-grouped
+        JPEGs at this epoch's fidelity), the parts they read; several decoders of one column read the most."""
+        settings: dict[int, int | None] = {}
+        for stage in self.plan.stages:
+            for step in stage.steps:
+                column = self.fields[step.output].payload
+                if step.position != 0 or column < 0:
+                    continue
+                wanted = scans_to_read(fidelity, getattr(step.operation, "fidelity", None))
+                known = settings.get(column, 0)
+                settings[column] = None if wanted is None or known is None else max(wanted, known)
+        pieces = {}
+        for stored in self.fields:
+            if stored.payload in settings and stored.payload not in pieces:
+                found = stored.field.read_pieces(stored.metadata, settings[stored.payload])
+                if found is not None:
+                    pieces[stored.payload] = found
+        return pieces
+
+    # ---- a batch (in a worker thread, or the loop's with num_workers=0) ---------------------------------------
+
+    def compute(self, epoch: _Epoch, batch: int) -> tuple:
+        """Batch ``batch`` of ``epoch``, computed in its slot (whose gate the caller passed)."""
+        slot = self.slots[batch % len(self.slots)]
+        samples = epoch.batches[batch]
+        memory = self.memory
+        try:
+            sources = [memory.source(stored, samples, batch, slot) for stored in self.fields]
+            if not self.delivery.overwrite_kept:
+                slot.release_kept()
+            context = BatchContext(samples, epoch.number, batch=batch, seed=epoch.seed, scratch=slot.scratch,
+                                   fidelity=self.fidelity, keys=epoch.keys, sources=sources)
+            return run_batch(self.plan, self.kernel_arguments, slot.buffers, context)
+        finally:
+            memory.batch_done(batch)
+
+    def deliver(self, outputs: tuple) -> tuple:
+        """The batch as the loop receives it (in the loop's thread): pinned or copied if asked."""
+        if self.delivery.pin_memory:  # both parts of Padded/Packed batches
+            return tuple(map_parts(_pinned, value) for value in outputs)
+        if not self.delivery.copy:
+            return outputs
+        return tuple(map_parts(_copy, value) for value in outputs)
+
+
+class _EpochState:
+    """Everything the threads of one epoch share; guarded by ``condition`` (the gate has its own)."""
+
+    def __init__(self, first: int, end: int, gate: SlotGate) -> None:
         self.condition = threading.Condition()
-        self.num_batches = num_batches
-        self.num_slots = num_slots
-        self.next_batch = 0  # next batch number a worker will take
-        self.requested = 0  # the consumer has asked for every batch below this number (and holds requested-1)
+        self.gate = gate
+        self.end = end
+        self.next_batch = first  # next batch number a worker will take
         self.results: dict[int, tuple[bool, Any]] = {}  # batch -> (ok, outputs or exception)
         self.stop = False
         self.superseded = False  # closed because the Loader started another epoch
 
     def take_batch(self) -> int | None:
-        """Next batch number for a worker, after waiting for its slot; None when there is nothing left."""
+        """Next batch number for a worker, once its slot is free; None when there is nothing left."""
         with self.condition:
-            if self.stop or self.next_batch >= self.num_batches:
+            if self.stop or self.next_batch >= self.end:
                 return None
             batch = self.next_batch
             self.next_batch += 1
-            # The slot of `batch` is free once the consumer has asked for batch - num_slots + 2: its loop then
-            # holds batch - num_slots + 1 at most, no longer the slot's previous batch.
-            while not self.stop and batch >= self.requested + self.num_slots - 2:
-                self.condition.wait()
-            return None if self.stop else batch
+        return batch if self.gate.wait(batch) else None
 
     def publish(self, batch: int, ok: bool, value: Any) -> None:
         with self.condition:
             self.results[batch] = (ok, value)
             if not ok:
-                self.next_batch = self.num_batches  # start nothing more
+                self.next_batch = self.end  # start nothing more
             self.condition.notify_all()
 
 
@@ -86,66 +235,48 @@ def _compute_and_publish(state: _EpochState, batch: int, compute: Callable[[int]
 
 
 class EpochIterator:
-    """Iterator over the batches of one epoch; see the module docstring for the concurrency model."""
+    """Iterator over the batches of one epoch; see the module docstring for the concurrency model.
 
-    def __init__(
-        self,
-        *,
-        batches: Sequence[np.ndarray],
-        epoch: int,
-        first_batch: int,
-        num_workers: int,
-        num_slots: int,
-        make_job: Callable[[int, np.ndarray, int], BatchJob],
-        run_job: Callable[[BatchJob, int], tuple],
-        finish: Callable[[tuple], tuple],
-        delivered: Callable[[int], None],
-    ) -> None:
-        self.epoch = epoch
-        self.first_batch = first_batch
-        self.consumed = 0  # batches returned by this iterator
-        self._delivered = delivered  # told the epoch's position after each batch handed to the loop
-        self._batches = batches
-        self._finish = finish
-        self._state = _EpochState(len(batches), num_slots)
+    ``progress`` says where the epoch stands (the next batch the loop will receive); ``len()`` is the number of
+    batches still to come.
+    """
+
+    def __init__(self, engine: EpochEngine, epoch: _Epoch, first: int, gate: SlotGate) -> None:
+        self.epoch = epoch.number
+        self.progress = Progress(epoch.number, first, len(epoch.batches))
+        self._engine = engine
+        self._state = _EpochState(first, len(epoch.batches), gate)
 
         def compute(batch: int) -> tuple:
-            slot = batch % num_slots
-            return run_job(make_job(first_batch + batch, batches[batch], slot), slot)
+            return engine.compute(epoch, batch)
 
         self._compute = compute
         self._threads = [
             threading.Thread(target=_work, args=(self._state, compute), name=f"beton-worker-{i}", daemon=True)
-            for i in range(min(num_workers, max(1, len(batches))))
+            for i in range(min(engine.num_workers, max(1, len(epoch.batches) - first)))
         ]  # none for num_workers=0: __next__ computes each batch in the calling thread
         for thread in self._threads:
             thread.start()
-
-    @property
-    def position(self) -> int:
-        """Batches of the epoch consumed so far, counting those skipped by a resume."""
-        return self.first_batch + self.consumed
 
     def __iter__(self) -> EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._batches) - self.consumed
+        return self.progress.end - self.progress.next_batch
 
     def __next__(self) -> tuple:
-        state = self._state
-        batch = self.consumed
+        state, progress = self._state, self.progress
+        batch = progress.next_batch
         if state.superseded:
-            raise LoaderError(f"this iterator of epoch {self.epoch} was ended at batch {self.position} because "
+            raise LoaderError(f"this iterator of epoch {self.epoch} was ended at batch {batch} because "
                               "iter(loader) started another epoch; a Loader runs one epoch at a time")
-        if batch >= state.num_batches or state.stop:
+        if batch >= state.end or state.stop:
             self.close()
             raise StopIteration
         if not self._threads:
             _compute_and_publish(state, batch, self._compute)
+        state.gate.asked_for(batch)  # the previous batch's slot may be reused from now on
         with state.condition:
-            state.requested = batch + 1  # the previous batch's slot may be reused from now on
-            state.condition.notify_all()
             while batch not in state.results:
                 if not state.condition.wait(_WAIT_SECONDS) and not any(t.is_alive() for t in self._threads):
                     raise RuntimeError("beton worker threads ended without producing a batch")  # a bug
@@ -153,14 +284,13 @@ class EpochIterator:
         if not ok:
             self.close()
             raise value
-        finished = self._finish(value)
-        self.consumed += 1
-        self._delivered(self.position)  # only once the batch is the loop's: a pinning error leaves it undelivered
-        return finished
+        delivered = self._engine.deliver(value)
+        progress.next_batch = batch + 1  # only once the batch is the loop's: a pinning error leaves it undelivered
+        return delivered
 
     def supersede(self) -> None:
         """Close because the Loader starts another epoch; a later ``next()`` raises instead of ending quietly."""
-        if self.consumed < len(self._batches) and not self._state.stop:
+        if not self.progress.finished and not self._state.stop:
             self._state.superseded = True
         self.close()
 
@@ -170,6 +300,7 @@ class EpochIterator:
             state.stop = True
             state.results.clear()
             state.condition.notify_all()
+        state.gate.close()
         current = threading.current_thread()
         for thread in self._threads:
             if thread is not current:
@@ -180,3 +311,30 @@ class EpochIterator:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def _buffer_bytes(spec: Any, batch_size: int) -> int:
+    return batch_size * int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
+def _slot_bytes(plan: Plan, batch_size: int) -> int:
+    return sum(_buffer_bytes(spec, batch_size) for spec in plan.buffers)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no bound known
+        return 1 << 62
+
+
+def _pinned(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value

@@ -1,11 +1,15 @@
-"""Loader: the torch DataLoader replacement. Reads a .beton file through compiled per-field pipelines."""
+"""Loader: the torch DataLoader replacement. Reads a .beton file through compiled per-field pipelines.
+
+The Loader is configuration plus resume state: it resolves its options (memory strategy, order, shard, seed,
+pipelines), plans and compiles the pipelines, and hands each epoch to the epoch engine
+(:mod:`beton.loader.epoch`), which owns the batch slots and the threads.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import secrets
-import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -15,30 +19,23 @@ import numpy as np
 import torch
 
 from beton._cores import resolve_workers
-from beton.errors import LoaderError, PipelineError
+from beton.errors import PipelineError
 from beton.fields.base import Field
-from beton.codecs.jpeg_scans import scans_to_read
 from beton.fields.rgb_image import RGBImageField
-from beton.loader.epoch import EpochIterator
-from beton.memory.os_cache import OSCache, metadata_column
-from beton.pieces import Pieces
-from beton.memory.process_cache import ProcessCache
-from beton.order import (ORDERS, BalancedOrder, Order, OrderContext, OrderOption, QuasiRandomOrder,
-                         SequentialOrder, shard)
-from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
-from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
-from beton.pipeline.executor import BatchJob, run_batch, warm_up
-from beton.pipeline.operation import Scratch
-from beton.pipeline.ragged import map_parts
-from beton.random import operation_key
+from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
+from beton.loader.options import (CompileOptions, legacy_keywords, resolve_compile_options, resolve_memory,
+                                  resolve_order_kwargs)
 from beton.loader.pipelines import resolve_pipelines
-from beton.threading_layer import ensure_thread_safe_layer
+from beton.memory import OSCache
+from beton.memory.base import MemoryStrategy, StoredField
+from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
+from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.storage.reader import Reader
-from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote import is_url
+from beton.threading_layer import ensure_thread_safe_layer
+from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 
 __all__ = ["Loader"]
-
-_WINDOWED_ORDERS = (QuasiRandomOrder, BalancedOrder)  # built with the Loader's quasi_random_window
 
 
 class Loader:
@@ -49,9 +46,10 @@ class Loader:
         batch_size: samples per batch.
         num_workers: worker threads; -1 uses every usable core; 0 computes each batch in the calling thread
             when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
-        os_cache: True reads through a memory map (the OS page cache); False uses a process cache that
-            reads whole pages ahead of use in the epoch's known order (see :mod:`beton.memory.process_cache`).
-            A URL is always read through the process cache (there is no memory map of a remote file).
+        os_cache: FFCV's shorthand for ``memory=``: True is ``OSCache()``, False is ``ProcessCache()`` (default:
+            as ``memory=`` says, else the OS cache). Contradicting ``memory=`` is an error.
+            A URL is always read through the process cache (there is no memory map of a remote file); its
+            ``ProcessCache(remote=RemoteOptions(...))`` sets how (fsspec options, a local page cache).
         order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
@@ -67,32 +65,30 @@ class Loader:
         custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`).
         drop_last: drop the last partial batch (default False: partial batches are delivered).
         batches_ahead: batches prepared ahead of the training loop.
+        recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
+            ...``) is noticed at the next ``iter(loader)``, which plans and allocates again. Changes are found by
+            comparing the operations' attributes as their repr shows them: edit a large array inside an
+            operation in place and the change goes unseen; replace the operation (or the array) instead.
+
+    beton's own options:
+
+        memory: where payloads are read from, a declared strategy (:mod:`beton.memory`):
+            ``OSCache(readahead=True)`` reads through a memory map (the OS page cache; ``readahead=False`` reads
+            only the touched pages); ``ProcessCache(pages=None, read_bandwidth=None)`` reads whole pages ahead in
+            the epoch's known order into a bounded pool (see :mod:`beton.memory.process_cache`). One strategy
+            object may serve several Loaders.
+        rank, world_size: this process's shard, given by hand (instead of ``distributed=True``).
         copy: return copies of every batch (costs a copy per batch; rarely needed, see ``overwrite_kept``).
         overwrite_kept: False (default): a batch the loop keeps (``outputs.append(y)``) stays valid, like a
             torch DataLoader's: before refilling a slot, the Loader checks whether anything still references
             its memory and, if so, gives the slot fresh memory. True: FFCV's zero-copy ring, in which a batch
             is overwritten a few batches later whether or not it was kept (valid only until the next batch
             is requested; for loops that never keep a batch, saving the check's rare allocations).
-        quasi_random_window: pages per QUASI_RANDOM (and BALANCED) window (default: see
-            :mod:`beton.order.quasi_random`).
-        process_cache_pages: page budget of the process cache (default: enough for the batches in flight).
-        read_bandwidth: process cache only: read at most this many bytes per second, to share a disk with other
-            jobs, or to measure how a pipeline behaves on slower storage (None: as fast as the file allows).
-        kernel_cache_dir: where generated stages and numba's compiled code are kept.
-        fuse_stages: False compiles each operation separately (slower; for measuring what fusion gains).
-        readahead: with ``os_cache=True``, False stops the kernel reading ahead around each access, so that
-            only touched pages are read from storage (random access, progressive-JPEG fidelity).
-        recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
-            ...``) is noticed at the next ``iter(loader)``, which plans and allocates again. Changes are found by
-            comparing the operations' attributes as their repr shows them: edit a large array inside an
-            operation in place and the change goes unseen; replace the operation (or the array) instead.
+        compile_options: :class:`~beton.loader.CompileOptions` (``kernel_cache_dir``, ``fuse_stages``).
+        order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM and
+            BALANCED, see :mod:`beton.order.quasi_random`; or those of a TraversalOrder subclass).
         max_image_pixels: refuse files holding an image of more decoded pixels (see :class:`~beton.Reader`);
             by default ``$BETON_MAX_IMAGE_PIXELS`` or 2**27; None lifts the cap.
-        storage_options, cache_dir, cache_limit, remote_options: for a URL (``https://...``, ``s3://...``):
-            fsspec's options, the local page cache's directory and size in bytes, and request tuning (see
-            :class:`~beton.Reader` and docs/remote.md). Local paths ignore them.
-        order_kwargs: keyword arguments for the order's class (e.g. ``{"window_pages": 4}`` for QUASI_RANDOM, or
-            those of a TraversalOrder subclass).
 
     The torch DataLoader's names are accepted where they mean something:
 
@@ -104,6 +100,14 @@ class Loader:
             max(1, num_workers)`` (give one or the other).
         persistent_workers: accepted and changes nothing: compiled stages and the batch slots already persist
             across epochs, and starting worker threads costs microseconds.
+
+    ``loader.memory_strategy`` is the declared strategy and ``loader.memory`` the running layer built from it
+    (``loader.memory_counters``: what the current epoch read); ``loader.compile_options`` and ``loader.order``
+    are the resolved compile options and order.
+
+    Older keywords still work, with a DeprecationWarning naming the new spelling: ``readahead=``,
+    ``process_cache_pages=``, ``read_bandwidth=`` (now in ``memory=``), ``quasi_random_window=`` (now
+    ``order_kwargs={"window_pages": ...}``), ``kernel_cache_dir=``, ``fuse_stages=`` (now ``compile_options=``).
     """
 
     def __init__(
@@ -111,7 +115,7 @@ class Loader:
         path: str | os.PathLike[str],
         batch_size: int,
         num_workers: int = -1,
-        os_cache: bool = True,
+        os_cache: bool | None = None,
         order: OrderOption | Order | None = None,
         distributed: bool = False,
         seed: int | None = None,
@@ -121,39 +125,45 @@ class Loader:
         drop_last: bool = False,
         batches_ahead: int | None = None,
         *,
+        recompile: bool = False,
+        memory: MemoryStrategy | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         copy: bool = False,
         overwrite_kept: bool = False,
-        quasi_random_window: int | None = None,
-        process_cache_pages: int | None = None,
-        read_bandwidth: float | None = None,
-        kernel_cache_dir: str | None = None,
-        fuse_stages: bool = True,
-        readahead: bool = True,
-        recompile: bool = False,
+        compile_options: CompileOptions | None = None,
+        order_kwargs: Mapping[str, Any] | None = None,
+        max_image_pixels: int | None | Literal["environment"] = "environment",
         shuffle: bool | None = None,
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
-        order_kwargs: Mapping[str, Any] | None = None,
-        max_image_pixels: int | None | Literal["environment"] = "environment",
-        storage_options: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | None = None,
-        remote_options: RemoteOptions | None = None,
+        **deprecated: Any,
     ) -> None:
-        self._arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        self._active: weakref.ref[EpochIterator] | None = None  # first: close() must work if __init__ fails
+        legacy = legacy_keywords(deprecated)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        os_cache = os_cache and not is_url(path)  # a remote file is read through the process cache
-        if read_bandwidth is not None and (os_cache or read_bandwidth <= 0):
-            raise ValueError("read_bandwidth needs os_cache=False (the process cache) and a positive rate, got "
-                             f"os_cache={os_cache}, read_bandwidth={read_bandwidth}")
+        remote = is_url(path)
+        if remote and memory is None and os_cache is None:
+            os_cache = False  # a remote file has no memory map: the process cache reads it
+        memory = resolve_memory(os_cache, memory, legacy)
+        if remote and isinstance(memory, OSCache):
+            raise ValueError(f"{path} is read through the process cache (a remote file has no memory map): "
+                             "leave os_cache and memory out, or pass memory=ProcessCache(...)")
+        compile_options = resolve_compile_options(compile_options, legacy)
+        order = _order_or_shuffle(order, shuffle)
+        order_kwargs = resolve_order_kwargs(order_kwargs, _order_class(order), legacy)
+        # what filter() builds another Loader from: the options as resolved, in their current spelling
+        self._arguments = dict(
+            path=path, batch_size=batch_size, num_workers=num_workers, order=order, distributed=distributed,
+            seed=seed, indices=indices, pipelines=pipelines, custom_fields=custom_fields, drop_last=drop_last,
+            batches_ahead=batches_ahead, memory=memory, rank=rank, world_size=world_size, copy=copy,
+            overwrite_kept=overwrite_kept, compile_options=compile_options, order_kwargs=order_kwargs,
+            max_image_pixels=max_image_pixels, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
         ensure_thread_safe_layer()
         self.reader = Reader(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                             storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit,
-                             remote_options=remote_options)
+                             remote_options=getattr(memory, "remote", None))
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)
@@ -164,45 +174,36 @@ class Loader:
         self.indices = _resolve_indices(indices, self.reader.num_samples)
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
-        self.order = self._resolve_order(_order_or_shuffle(order, shuffle), quasi_random_window, order_kwargs or {})
+        self.order = self._resolve_order(order, order_kwargs)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader),
                                            _sample_lengths(self.reader), self.world_size, drop_last)
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
-        # while asking for the next (see beton.loader.epoch).
+        # while asking for the next (see beton.pipeline.slots).
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 2
-        self.memory = OSCache(self.reader, readahead) if os_cache else ProcessCache(
-            self.reader, self.num_slots, process_cache_pages, read_bandwidth)
-        self._scratch = [Scratch() for _ in range(self.num_slots)]
+        self.memory_strategy = memory
+        self.memory = memory.build(self.reader, self.num_slots)
+        self.compile_options = compile_options
         self._pipelines = pipelines  # the user's own operations, read (never changed) at every epoch's start
-        self._kernel_cache_dir, self._fuse_stages = kernel_cache_dir or default_cache_dir(), fuse_stages
+        self._engine: EpochEngine | None = None  # per plan: built by _compile_pipelines, again after a change
         self._compile_pipelines()
         self._next_epoch = 0
-        self._next_position = 0
-        self._active: weakref.ref[EpochIterator] | None = None
-        self._progress: _Progress | None = None  # the latest epoch's position, kept after its iterator is gone
-        self.fidelity: int | None = None
+        self._next_batch = 0
+        self._progress: Progress | None = None  # the latest epoch's, kept after its iterator is gone
 
     def _compile_pipelines(self) -> None:
-        """Plan the pipelines as their operations are now, allocate the slots for it, and compile it."""
+        """Plan the pipelines as their operations are now, compile them, and build the engine (with its slots)."""
         self._fingerprint = _pipelines_fingerprint(self._pipelines)
         outputs = resolve_pipelines(self.reader.fields, self._pipelines)
-        columns = {field_name: metadata_column(self.reader, field_name) for _, field_name, _, _ in outputs}
-        self.plan: Plan = build_plan(outputs, self._kernel_cache_dir, self._fuse_stages, columns)
-        self._columns = [self.reader.descriptors[name].payload_column for name in self.plan.field_names]
-        self._metadata = [columns[name] for name in self.plan.field_names]
-        self._kernel_arguments = {
-            (step.output, step.position): step.operation.kernel_arguments(step.input_state)
-            for stage in self.plan.stages if stage.kind == "jit" for step in stage.steps
-        }
-        self._check_slot_memory()
-        try:
-            self._slots = [self._new_buffers() for _ in range(self.num_slots)]
-        except MemoryError:
-            raise LoaderError(f"{self._slot_memory_text()}: the allocation failed") from None
-        # a buffer's count as seen from _reference_counts when only its slot list holds it (whatever its size)
-        self._unreferenced = _reference_counts([np.empty(0, np.uint8)])[0]
-        warm_up(self.plan, self._kernel_arguments, self._slots[0],
-                [self.memory.empty_source(m, c) for m, c in zip(self._metadata, self._columns)])
+        stored = {name: StoredField.of(self.reader, name) for _, name, _, _ in outputs}
+        options = self.compile_options
+        self.plan: Plan = build_plan(outputs, options.kernel_cache_dir or default_cache_dir(), options.fuse_stages,
+                                     {name: field.metadata for name, field in stored.items()})
+        previous = self._engine
+        self._engine = EpochEngine(
+            self.plan, [stored[name] for name in self.plan.field_names], self.memory, batch_size=self.batch_size,
+            num_slots=self.num_slots, num_workers=self.num_workers,
+            delivery=Delivery(self.pin_memory, self.copy, self.overwrite_kept),
+            fidelity=previous.fidelity if previous is not None else None)
 
     # ---- epochs -------------------------------------------------------------------------------------------
 
@@ -226,39 +227,23 @@ class Loader:
         self._close_active(supersede=True)
         if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
-        epoch, first = self._next_epoch, self._next_position
-        batches = self.epoch_batches(epoch)[first:]
-        self.memory.start_epoch(batches, self._columns, self._read_pieces())  # may raise: the file changed
-        self._next_epoch, self._next_position = epoch + 1, 0
-        progress = self._progress = _Progress(epoch, first, first + len(batches))
-        keys = {(s.output, s.position): operation_key(self.seed, epoch, s.output, s.position)
-                for stage in self.plan.stages for s in stage.steps}
-        iterator = EpochIterator(
-            batches=batches, epoch=epoch, first_batch=first, num_workers=self.num_workers,
-            num_slots=self.num_slots,
-            make_job=lambda index, samples, slot: self._make_job(index - first, index, samples, epoch, keys, slot),
-            run_job=self._run_job, finish=self._finish, delivered=progress.advance,
-        )
+        epoch = self._next_epoch
+        iterator = self._engine.start(epoch, self.epoch_batches(epoch), self._next_batch, self.seed)
+        self._next_epoch, self._next_batch = epoch + 1, 0
+        self._progress = iterator.progress
         self._active = weakref.ref(iterator)
         return iterator
 
-    def _resolve_order(self, order: Any, quasi_random_window: int | None, order_kwargs: Mapping[str, Any]) -> Order:
+    def _resolve_order(self, order: Any, order_kwargs: Mapping[str, Any]) -> Order:
         if isinstance(order, Order):
             if order_kwargs:
                 raise ValueError("order_kwargs apply to an order given as an OrderOption or a class, not an instance")
             return order
-        if isinstance(order, type) and issubclass(order, TraversalOrder):
-            return TraversalOrderAdapter(order(self, **order_kwargs))  # FFCV's contract: built with the loader
-        if isinstance(order, type) and issubclass(order, Order):
-            cls = order
-        else:
-            try:
-                cls = ORDERS[OrderOption(order)]
-            except (KeyError, ValueError):
-                raise ValueError(f"order must be an OrderOption, an Order or a TraversalOrder class, got {order!r}") \
-                    from None
-        if cls in _WINDOWED_ORDERS:
-            order_kwargs = {"window_pages": quasi_random_window, **order_kwargs}
+        cls = _order_class(order)
+        if cls is None:
+            raise ValueError(f"order must be an OrderOption, an Order or a TraversalOrder class, got {order!r}")
+        if issubclass(cls, TraversalOrder):
+            return TraversalOrderAdapter(cls(self, **order_kwargs))  # FFCV's contract: built with the loader
         return cls(**order_kwargs)
 
     def filter(self, field_name: str, condition: Callable[[Any], bool]) -> Loader:
@@ -281,102 +266,42 @@ class Loader:
         """
         if scans is not None and scans < 1:
             raise ValueError(f"fidelity must be at least 1 scan, got {scans}")
-        self.fidelity = scans
+        self._engine.fidelity = scans
 
-    def _read_pieces(self) -> dict[int, Pieces]:
-        """Per payload column whose decoders read only parts of each allocation (the first scans of scan-grouped
-        JPEGs at this epoch's fidelity), the parts they read; several decoders of one column read the most."""
-        settings: dict[int, int | None] = {}
-        for stage in self.plan.stages:
-            for step in stage.steps:
-                column = self._columns[step.output]
-                if step.position != 0 or column < 0:
-                    continue
-                wanted = scans_to_read(self.fidelity, getattr(step.operation, "fidelity", None))
-                known = settings.get(column, 0)
-                settings[column] = None if wanted is None or known is None else max(wanted, known)
-        pieces = {}
-        for output, column in enumerate(self._columns):
-            if column in settings and column not in pieces:
-                field = self.reader.fields[self.plan.field_names[output]]
-                found = field.read_pieces(self._metadata[output], settings[column])
-                if found is not None:
-                    pieces[column] = found
-        return pieces
+    @property
+    def fidelity(self) -> int | None:
+        """The fidelity ``set_fidelity`` set (None: the decoders' own); assigning it is ``set_fidelity``."""
+        return self._engine.fidelity
+
+    @fidelity.setter
+    def fidelity(self, scans: int | None) -> None:
+        self.set_fidelity(scans)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
-        self._next_epoch, self._next_position = int(epoch), 0
+        self._next_epoch, self._next_batch = int(epoch), 0
         self._progress = None  # state_dict() now names this epoch's start, not an interrupted one
-
-    def _make_job(self, local: int, index: int, samples: np.ndarray, epoch: int, keys: dict, slot: int) -> BatchJob:
-        sources = [self.memory.source(metadata, column, samples, local, slot)
-                   for metadata, column in zip(self._metadata, self._columns)]
-        return BatchJob(index, local, samples, epoch, keys, sources, self.seed, self._scratch[slot], self.fidelity)
-
-    def _run_job(self, job: BatchJob, slot: int) -> tuple:
-        try:
-            if not self.overwrite_kept:
-                self._release_kept(slot)
-            return run_batch(self.plan, self._kernel_arguments, self._slots[slot], job)
-        finally:
-            self.memory.batch_done(job.position)
-
-    def _check_slot_memory(self) -> None:
-        # A file's image records may claim large sizes (up to the pixel cap each): what the slots need follows
-        # from them, and is refused when it exceeds the machine's memory rather than failing in numpy.
-        if _slot_bytes(self.plan, self.batch_size) * self.num_slots > _physical_memory():
-            raise LoaderError(f"{self._slot_memory_text()}, more than this machine's "
-                              f"{_physical_memory() / 2**30:.1f} GiB of memory")
-
-    def _slot_memory_text(self) -> str:
-        largest = max(range(len(self.plan.buffers)), key=lambda b: _buffer_bytes(self.plan.buffers[b], 1))
-        owner = next((self.plan.output_names[step.output] for stage in self.plan.stages for step in stage.steps
-                      if step.buffer == largest), "?")
-        spec = self.plan.buffers[largest]
-        return (f"the batch slots would need {_slot_bytes(self.plan, self.batch_size) * self.num_slots / 2**30:.1f} "
-                f"GiB ({self.num_slots} slots of batch_size={self.batch_size}; the largest buffer is pipeline "
-                f"{owner!r}'s {spec.shape} {spec.dtype} per sample: the largest image in the file, for a decoder "
-                "that keeps sizes; a crop decoder, a smaller batch_size or max_image_pixels= bound it)")
-
-    def _new_buffers(self) -> list[np.ndarray]:
-        return [np.empty((self.batch_size,) + spec.shape, spec.dtype) for spec in self.plan.buffers]
-
-    def _release_kept(self, slot: int) -> None:
-        # Views handed out for the slot's previous batch (numpy views, tensors from torch.from_numpy) each
-        # hold a reference to the slot's buffer. The consumer no longer holds that batch unless it kept it
-        # (see beton.loader.epoch), so a count above the baseline means a kept batch: leave it its memory.
-        buffers = self._slots[slot]
-        for index, count in enumerate(_reference_counts(buffers)):
-            if count > self._unreferenced:
-                buffers[index] = np.empty_like(buffers[index])
-
-    def _finish(self, outputs: tuple) -> tuple:
-        if self.pin_memory:
-            return tuple(map_parts(_pinned, value) for value in outputs)  # both parts of Padded/Packed batches
-        if not self.copy:
-            return outputs
-        return tuple(map_parts(_copy, value) for value in outputs)
 
     # ---- resume -------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
-        """(seed, epoch, position): enough to resume exactly where the training loop is.
+        """(seed, epoch, position): enough to resume exactly where the training loop is; ``position`` is the
+        number of the next batch of the epoch the loop would receive.
 
         While an epoch is unfinished - running, or left by ``break``, an exception or Ctrl-C - the position is
         the one after the last batch the loop received, so a checkpoint saved on interrupt resumes the
         interrupted epoch. Otherwise it is the start of the next epoch.
         """
         progress = self._progress
-        if progress is not None and progress.position < progress.end:
-            return {"seed": self.seed, "epoch": progress.epoch, "position": progress.position}
-        return {"seed": self.seed, "epoch": self._next_epoch, "position": self._next_position}
+        if progress is not None and not progress.finished:
+            return {"seed": self.seed, "epoch": progress.epoch, "position": progress.next_batch}
+        return {"seed": self.seed, "epoch": self._next_epoch, "position": self._next_batch}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """The next iteration yields exactly the batches an uninterrupted run would have yielded next."""
         self._close_active(supersede=True)
         self.seed = int(state["seed"])
-        self._next_epoch, self._next_position = int(state["epoch"]), int(state["position"])
+        self._next_epoch, self._next_batch = int(state["epoch"]), int(state["position"])
         self._progress = None
 
     # ---- inspection and teardown ---------------------------------------------------------------------------
@@ -430,31 +355,6 @@ class Loader:
             pass
 
 
-class _Progress:
-    """Where the latest epoch stands: updated by its iterator, read by ``state_dict``."""
-
-    def __init__(self, epoch: int, first: int, end: int) -> None:
-        self.epoch, self.position, self.end = epoch, first, end
-
-    def advance(self, position: int) -> None:
-        self.position = position
-
-
-def _buffer_bytes(spec: Any, batch_size: int) -> int:
-    return batch_size * int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
-
-
-def _slot_bytes(plan: Plan, batch_size: int) -> int:
-    return sum(_buffer_bytes(spec, batch_size) for spec in plan.buffers)
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX: no bound known
-        return 1 << 62
-
-
 def _pipelines_fingerprint(pipelines: Mapping[str, Sequence[Any] | None] | None) -> tuple:
     """What the user's pipelines hold now, to notice between epochs an operation changed in place (ffcv-imagenet
     sets ``decoder.output_size`` before each epoch)."""
@@ -470,11 +370,6 @@ def _operation_values(operation: Any) -> str:
     return repr(sorted(vars(operation).items())) if hasattr(operation, "__dict__") else repr(operation)
 
 
-def _reference_counts(buffers: list[np.ndarray]) -> list[int]:
-    """Reference counts of the buffers, as seen from here (compared with those of fresh buffers)."""
-    return [sys.getrefcount(buffer) for buffer in buffers]
-
-
 def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
     """The seed every rank uses: the given one; else one drawn (one rank), broadcast from rank 0 when the shard
     comes from the process group (``collective``: every rank builds its Loader), else 0."""
@@ -487,18 +382,6 @@ def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
         torch.distributed.broadcast_object_list(drawn, src=0)
         return int(drawn[0])
     return 0
-
-
-def _pinned(value: Any) -> Any:
-    return value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return value
 
 
 def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
@@ -553,10 +436,19 @@ def _order_or_shuffle(order: Any, shuffle: bool | None) -> Any:
 
 
 def _shuffles(order: Any) -> bool:
-    if isinstance(order, OrderOption):
-        return order is not OrderOption.SEQUENTIAL
-    kind = order if isinstance(order, type) else type(order)
-    return not issubclass(kind, SequentialOrder)
+    kind = _order_class(order) if not isinstance(order, Order) else type(order)
+    return kind is None or not issubclass(kind, ORDERS[OrderOption.SEQUENTIAL])
+
+
+def _order_class(order: Any) -> type | None:
+    """The class an order option or class stands for (every OrderOption through the ORDERS mapping); None for
+    an Order instance or anything else."""
+    if isinstance(order, type) and issubclass(order, (Order, TraversalOrder)):
+        return order
+    try:
+        return ORDERS[OrderOption(order)]
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def _image_modes(reader: Reader) -> dict[str, np.ndarray]:

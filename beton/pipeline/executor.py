@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,46 +12,31 @@ from beton.pipeline.compiler import Plan, Stage, Step
 from beton.pipeline.operation import BatchContext, Source
 from beton.pipeline.ragged import Padded, map_parts
 
-__all__ = ["BatchJob", "run_batch", "warm_up", "step_key"]
+__all__ = ["run_batch", "warm_up", "step_key"]
 
 
-@dataclasses.dataclass(frozen=True)
-class BatchJob:
-    """One batch to compute: its samples, the epoch's operation keys, and where its inputs come from."""
-
-    index: int  # batch number in the epoch
-    position: int  # batch number in this iteration (differs from index after a resume)
-    samples: np.ndarray  # int64 dataset indices
-    epoch: int
-    keys: dict[tuple[int, int], np.uint64]  # (output, position) -> key
-    sources: Sequence[Source]  # per output
-    seed: int = 0
-    scratch: Any = None  # the slot's Scratch
-    fidelity: int | None = None
-
-
-def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob) -> tuple:
-    """Run every stage; return one value per output (numpy views of the slot's buffers, tensors, lists)."""
-    count = len(job.samples)
-    values: list[Any] = list(job.sources)
+def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], batch: BatchContext) -> tuple:
+    """Run every stage of ``batch`` (its samples, keys and sources) into ``buffers``, its slot's output buffers;
+    return one value per output (numpy views of the buffers, tensors, lists)."""
+    count = len(batch.samples)
+    values: list[Any] = list(batch.sources)
     in_buffer = [False] * len(values)  # whether values[o] is a whole (batch_size-long) slot buffer
     for stage in plan.stages:
         if stage.kind == "jit":
-            _run_jit(stage, plan, kernel_arguments, buffers, job, values)
+            _run_jit(stage, plan, kernel_arguments, buffers, batch, values)
             for step in stage.steps:
                 values[step.output] = _slot_value(buffers, step.buffer, step.lengths_buffer)
                 in_buffer[step.output] = True
             continue
         (step,) = stage.steps
         current = _first(values[step.output], count) if in_buffer[step.output] else values[step.output]
-        context = BatchContext(job.samples, job.epoch, step_key(step, job.keys), job.index, job.seed,
-                               job.scratch, job.fidelity)
-        with _locate(plan, step, job, None):
+        context = batch.with_key(step_key(step, batch.keys))
+        with _locate(plan, step, batch, None):
             if stage.kind == "sample":
                 destination = _slot_value(buffers, step.buffer, step.lengths_buffer)
                 for i in range(count):
-                    with _locate(plan, step, job, i):
-                        step.operation.apply(current, destination, i, int(job.samples[i]), context)
+                    with _locate(plan, step, batch, i):
+                        step.operation.apply(current, destination, i, int(batch.samples[i]), context)
                 values[step.output], in_buffer[step.output] = destination, True
             else:
                 values[step.output], in_buffer[step.output] = step.operation.apply(current, context), False
@@ -83,7 +67,7 @@ def _kernel_view(buffers: Sequence[np.ndarray], buffer: int, lengths: int | None
     return values.reshape(len(values), -1).view(np.uint8), buffers[lengths]
 
 
-def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob,
+def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.ndarray], batch: BatchContext,
                    values: list[Any]) -> list[Any]:
     arguments: list[Any] = []
     for step in stage.steps:
@@ -92,27 +76,27 @@ def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.nd
             source = _kernel_view(buffers, step.input_buffer, step.input_lengths_buffer)
         elif isinstance(source, Source):
             source = source.as_tuple()
-        arguments += [source, _kernel_view(buffers, step.buffer, step.lengths_buffer), step_key(step, job.keys),
+        arguments += [source, _kernel_view(buffers, step.buffer, step.lengths_buffer), step_key(step, batch.keys),
                       kernel_arguments[step.output, step.position]]
     return arguments
 
 
-def _run_jit(stage: Stage, plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], job: BatchJob,
+def _run_jit(stage: Stage, plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], batch: BatchContext,
              values: list[Any]) -> None:
-    arguments = _jit_arguments(stage, kernel_arguments, buffers, job, values)
+    arguments = _jit_arguments(stage, kernel_arguments, buffers, batch, values)
     try:
-        stage.function(0, len(job.samples), job.samples, *arguments)
+        stage.function(0, len(batch.samples), batch.samples, *arguments)
     except Exception as error:
-        _annotate(error, plan, stage.steps, job, _first_failing_position(stage, job, arguments))
+        _annotate(error, plan, stage.steps, batch, _first_failing_row(stage, batch, arguments))
         raise
 
 
-def _first_failing_position(stage: Stage, job: BatchJob, arguments: list[Any]) -> int | None:
+def _first_failing_row(stage: Stage, batch: BatchContext, arguments: list[Any]) -> int | None:
     # The fused loop does not say which sample failed: replay one sample at a time (draws are keyed by
     # sample, so the replay is exact) to name it.
-    for i in range(len(job.samples)):
+    for i in range(len(batch.samples)):
         try:
-            stage.function(i, i + 1, job.samples, *arguments)
+            stage.function(i, i + 1, batch.samples, *arguments)
         except Exception:  # noqa: BLE001 - only locating
             return i
     return None
@@ -121,8 +105,8 @@ def _first_failing_position(stage: Stage, job: BatchJob, arguments: list[Any]) -
 class _locate:
     """Context manager: name the pipeline, operation, batch and sample of an exception passing through."""
 
-    def __init__(self, plan: Plan, step: Step, job: BatchJob, position: int | None) -> None:
-        self.arguments = (plan, (step,), job, position)
+    def __init__(self, plan: Plan, step: Step, batch: BatchContext, row: int | None) -> None:
+        self.arguments = (plan, (step,), batch, row)
 
     def __enter__(self) -> None:
         return None
@@ -133,29 +117,29 @@ class _locate:
         return False
 
 
-def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], job: BatchJob, position: int | None) -> None:
+def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], batch: BatchContext, row: int | None) -> None:
     if getattr(error, "_beton_located", False):
         return
     where = ", ".join(f"pipeline {plan.output_names[s.output]!r} operation {s.position} {s.operation!r}"
                       for s in steps)
-    if position is None:
-        sample_text = f"samples {job.samples.tolist()[:8]}{'...' if len(job.samples) > 8 else ''}"
+    if row is None:
+        sample_text = f"samples {batch.samples.tolist()[:8]}{'...' if len(batch.samples) > 8 else ''}"
     else:
-        sample_text = f"sample {int(job.samples[position])}"
+        sample_text = f"sample {int(batch.samples[row])}"
         if isinstance(error, BetonError) and error.sample is None:
-            error.sample = int(job.samples[position])
+            error.sample = int(batch.samples[row])
     if isinstance(error, BetonError) and error.field is None and len(steps) == 1:
         error.field = plan.field_names[steps[0].output]
-    add_note(error, f"beton: raised in {where}, on {sample_text} (batch {job.index} of epoch {job.epoch})")
+    add_note(error, f"beton: raised in {where}, on {sample_text} (batch {batch.batch} of epoch {batch.epoch})")
     error._beton_located = True  # one note per error, from the innermost place that knows most
 
 
 def warm_up(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], sources: Sequence[Source]) -> None:
     """Compile (or load from the disk cache) every jit stage now, with the real argument types, on 0 samples."""
-    job = BatchJob(-1, -1, np.zeros(0, np.int64), 0,
-                   {(s.output, s.position): np.uint64(0) for stage in plan.stages for s in stage.steps}, sources)
+    batch = BatchContext(np.zeros(0, np.int64), 0, batch=-1, sources=tuple(sources),
+                         keys={(s.output, s.position): np.uint64(0) for stage in plan.stages for s in stage.steps})
     values: list[Any] = list(sources)
     for stage in plan.stages:
         if stage.kind == "jit" and all(isinstance(values[s.output], Source) or s.input_buffer is not None
                                        for s in stage.steps):
-            _run_jit(stage, plan, kernel_arguments, buffers, job, values)
+            _run_jit(stage, plan, kernel_arguments, buffers, batch, values)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -112,15 +113,29 @@ class Source:
 
 @dataclasses.dataclass(frozen=True)
 class BatchContext:
-    """What a Python-level operation may know about the batch it works on."""
+    """One batch as the executor runs it, and what a Python-level operation may know about it.
+
+    The executor makes one per batch (``keys`` and ``sources`` filled) and hands each Python-level operation a
+    copy whose ``key`` is that operation's own (:meth:`with_key`).
+    """
 
     samples: np.ndarray  # dataset indices of the batch, int64
     epoch: int
-    key: np.uint64  # this operation's random key for this epoch
-    batch: int = 0  # the batch's number in the epoch
+    key: np.uint64 = np.uint64(0)  # this operation's random key for this epoch
+    batch: int = 0  # the batch's number in the epoch (counting batches a resume skipped)
     seed: int = 0
-    scratch: Any = None  # Scratch of the slot: scratch(nbytes, purpose) -> a reusable uint8 buffer
+    scratch: Any = None  # Scratch of the batch's slot: scratch(nbytes, purpose) -> a reusable uint8 buffer
     fidelity: int | None = None  # progressive-JPEG scans to read, set by Loader.set_fidelity (None: all)
+    #: every operation's key for this epoch, by (output, position in its pipeline)
+    keys: Mapping[tuple[int, int], np.uint64] = dataclasses.field(default_factory=dict, repr=False)
+    #: per output, where its decoder reads the batch's stored values
+    sources: Sequence[Source] = dataclasses.field(default=(), repr=False)
+
+    def with_key(self, key: Any) -> BatchContext:
+        """This context as an operation whose random key is ``key`` sees it."""
+        # every field written out: this runs per operation per batch, and dataclasses.replace costs twice as much
+        return BatchContext(self.samples, self.epoch, key, self.batch, self.seed, self.scratch, self.fidelity,
+                            self.keys, self.sources)
 
     def batch_rng(self, purpose: str) -> np.random.Generator:
         """A generator shared by every operation of this batch that names the same purpose (e.g. mixup)."""
@@ -139,17 +154,19 @@ def torch_dtype(dtype: Any) -> Any:
 
 
 class Scratch:
-    """Grow-only uint8 buffers owned by one batch slot (so by one thread at a time), one per purpose."""
+    """Grow-only uint8 buffers owned by one batch slot (so by one thread at a time), one per purpose.
+
+    A purpose is any hashable name; buffers of different purposes never overlap.
+    """
 
     def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray] = {}
+        self._buffers: dict[Hashable, np.ndarray] = {}
 
-    def __call__(self, nbytes: int, purpose: str = "default") -> np.ndarray:
+    def __call__(self, nbytes: int, purpose: Hashable = "default") -> np.ndarray:
         buffer = self._buffers.get(purpose)
         if buffer is None or buffer.size < nbytes:
             buffer = self._buffers[purpose] = np.empty(nbytes, np.uint8)
         return buffer[:nbytes]
-
 
 
 class Operation(abc.ABC):

@@ -1,0 +1,161 @@
+"""The memory layer: where a batch's payload bytes come from, as the epoch engine sees it.
+
+A user picks a strategy (:class:`MemoryStrategy`: :class:`~beton.memory.OSCache` or
+:class:`~beton.memory.ProcessCache`, small frozen option objects); the Loader builds the running
+:class:`MemoryLayer` from it for its file (:meth:`MemoryStrategy.build`), once, and the epoch engine calls it:
+
+1. :meth:`MemoryLayer.start_epoch` when an epoch starts, with what the epoch will read (:class:`EpochReads`:
+   its batches, the payload columns its pipelines read, the pieces of each allocation its decoders read, the
+   epoch's slot gate);
+2. :meth:`MemoryLayer.source` from a worker thread, once per stored field per batch, before the batch's
+   stages run: a :class:`~beton.pipeline.operation.Source` the decoders read;
+3. :meth:`MemoryLayer.batch_done` once the batch's stages are over (also when they failed), for every batch
+   whose sources were asked for;
+4. :meth:`MemoryLayer.close` when the Loader closes.
+
+``counters`` (:class:`MemoryCounters`) count what the current epoch read.
+
+Never reading the Reader's memory map after construction: the layers copy what they need of the tables
+(:func:`metadata_column`, :func:`allocation_columns`) and read payloads through their own
+:class:`~beton.storage.page_source.PageSource`, whose ``check()`` runs before each batch's payloads are read and
+``check_path()`` at each epoch's start (see "A file changed under a running Loader" in docs/loader.md).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from beton.fields.base import Field
+from beton.pieces import Pieces
+from beton.pipeline.operation import Source
+from beton.pipeline.slots import Slot, SlotGate
+from beton.storage.page_source import PageSource
+from beton.storage.reader import Reader
+
+__all__ = ["MemoryStrategy", "MemoryLayer", "EpochReads", "StoredField", "MemoryCounters", "metadata_column",
+           "allocation_columns"]
+
+
+def metadata_column(reader: Reader, field_name: str) -> np.ndarray:
+    """A contiguous copy of one field's data-table column (numba wants contiguous arrays; a copy, never a view
+    of the memory map, even where the column is already contiguous: see the module docstring)."""
+    column = reader.data_table[field_name]
+    if column.dtype.itemsize == 0:
+        return np.zeros(0, np.uint8)  # payload-only fields: numba cannot type zero-size records
+    return np.array(column, order="C", copy=True)
+
+
+def allocation_columns(reader: Reader) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per payload column, contiguous int64 copies of the payloads' offsets and sizes: a batch then needs two
+    takes, not a structured gather, and never reads the Reader's memory map."""
+    table = reader.allocation_table
+    offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
+    sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
+    return offsets, sizes
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StoredField:
+    """One stored field as a pipeline reads it: its name, its Field, a copy of its data-table column
+    (``metadata``) and its allocation-table column (``payload``; -1 for a field without payloads)."""
+
+    name: str
+    field: Field
+    metadata: np.ndarray = dataclasses.field(repr=False)
+    payload: int
+
+    @classmethod
+    def of(cls, reader: Reader, name: str) -> StoredField:
+        return cls(name, reader.fields[name], metadata_column(reader, name), reader.descriptors[name].payload_column)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EpochReads:
+    """What an epoch will read, told to the memory layer when the epoch starts.
+
+    ``batches``: every batch of the epoch (int64 sample indices), indexed by batch number; ``first``: the first
+    batch the epoch computes (later than 0 after a resume); ``payloads``: the payload columns the pipelines
+    read; ``pieces``: per payload column whose decoders read only parts of each allocation (the first scans of
+    scan-grouped JPEGs at a low fidelity), those parts; ``gate``: the epoch's slot gate, on which a layer that
+    reads ahead waits before reading a batch, as the workers do before computing it.
+    """
+
+    batches: Sequence[np.ndarray]
+    first: int
+    payloads: tuple[int, ...]
+    pieces: Mapping[int, Pieces]
+    gate: SlotGate
+
+
+class MemoryCounters:
+    """Pages and bytes read, per epoch; safe to update from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pages_read = 0
+        self.bytes_read = 0
+
+    def add(self, pages: int, num_bytes: int) -> None:
+        with self._lock:
+            self.pages_read += pages
+            self.bytes_read += num_bytes
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"pages_read": self.pages_read, "bytes_read": self.bytes_read}
+
+
+class MemoryLayer(abc.ABC):
+    """A running memory layer over one opened file; the call order is in the module docstring.
+
+    The base class holds what every layer shares: the opened file (``file``, a PageSource), the payloads'
+    offsets and sizes, the counters, and the epoch's pieces. A subclass implements :meth:`source` and extends
+    the rest where it keeps per-epoch or per-batch state.
+    """
+
+    def __init__(self, reader: Reader, file: PageSource) -> None:
+        self.file = file
+        self._offsets, self._sizes = allocation_columns(reader)
+        self.counters = MemoryCounters()
+        self._pieces: dict[int, Pieces] = {}
+        self._empty = np.zeros(0, np.uint8)
+        self._empty.flags.writeable = False  # the numba type of every layer's memory: read-only bytes
+        self._no_offsets = np.zeros(0, np.int64)
+
+    def start_epoch(self, reads: EpochReads) -> None:
+        """An epoch starts: check that the path still names the opened file, count from zero, and remember the
+        pieces the decoders read. A layer that reads ahead also starts reading ``reads.batches`` here."""
+        self.file.check_path()
+        self.counters = MemoryCounters()
+        self._pieces = dict(reads.pieces)
+
+    def empty_source(self, stored: StoredField) -> Source:
+        """A Source with no payloads (fields without payloads; compiling stages on an empty batch)."""
+        return Source(stored.metadata, self._empty, self._no_offsets, self._no_offsets)
+
+    @abc.abstractmethod
+    def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
+        """Where the decoders of batch ``batch`` (``samples``, computed in ``slot``) read ``stored``'s values."""
+
+    def batch_done(self, batch: int) -> None:
+        """The stages of ``batch`` are over: its sources are read no more. A layer whose sources point into
+        memory it holds for the batch (the process cache's pinned pages) releases it here; by default a
+        layer holds nothing per batch."""
+
+    def close(self) -> None:
+        """Release the file (arrays already handed out stay valid)."""
+        self.file.close()
+
+
+class MemoryStrategy(abc.ABC):
+    """A declared memory strategy: frozen options, reusable for any number of Loaders, from which each Loader
+    builds its own running layer."""
+
+    @abc.abstractmethod
+    def build(self, reader: Reader, num_slots: int) -> MemoryLayer:
+        """The running layer for ``reader``'s file, serving a ring of ``num_slots`` batch slots."""
