@@ -3,10 +3,10 @@
     python benchmarks/balanced_mix.py [--images N] [--repeats R] [--bandwidths MB/s ...]
 
 Photo JPEGs (q90, shorter side 256) are loaded with RandomResizedCrop-160 + flip, batch 64, 2 threads, through
-the process cache (``memory=ProcessCache(...)``) so that reads can be throttled to a given rate (``read_bandwidth``):
-the storage a training job might sit on. Files use 2 MiB pages and windows of 4 pages (QUASI_RANDOM and
-BALANCED), so each batch needs a few pages and reading overlaps decoding. For each rate, ``beton tune`` plans the raw fraction for that rate
-and writes a balanced file (read with ``OrderOption.BALANCED``); a ``proportion`` file with the same raw
+the process cache (``memory=ProcessCache(...)``) so that reads can be throttled to a given rate
+(``read_bandwidth``): the storage a training job might sit on. Files use 2 MiB pages and windows of 4 pages
+(QUASI_RANDOM and BALANCED), so each batch needs a few pages and reading overlaps decoding. For each rate,
+``beton tune`` plans the raw fraction for that rate and writes a balanced file (read with ``OrderOption.BALANCED``); a ``proportion`` file with the same raw
 fraction, drawn at random per image, is read with QUASI_RANDOM (its batches' mix varies). All-JPEG and
 all-raw files are read with QUASI_RANDOM. Epochs alternate between contenders; medians are reported. Writes
 benchmarks/results/balanced_mix.json and prints a Markdown table.

@@ -5,7 +5,8 @@
 Writes ~500 px photo crops as progressive JPEGs, then for each fidelity k (and all scans) loads one epoch of
 RandomResizedCrop-160 through the OS cache (memory map): with the file dropped from the page cache first
 (bytes read from storage per /proc/self/io: what a slow disk or network file system would have to
-deliver), with and without kernel readahead (``Loader(memory=OSCache(readahead=False))``), and warm (decode cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
+deliver), with and without kernel readahead (``Loader(memory=OSCache(readahead=False))``), and warm (decode
+cost only). Writes benchmarks/results/fidelity.json and prints a Markdown table.
 The process cache still reads whole pages, so this measures the OS-cache path only.
 """
 

@@ -26,8 +26,9 @@ process; pages already read before the change are copies and stay valid.
 
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the slots' staging buffers (one batch of
 payloads per slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
-batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under QUASI_RANDOM each page is needed by one
-contiguous run of batches, so every page is read once per epoch; under RANDOM a page may be read several times.
+batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under
+QUASI_RANDOM each page is needed by one contiguous run of batches, so every page is read once per epoch; under
+RANDOM a page may be read several times.
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ class SlotGate:
         self._ahead = num_slots - 2
         self._limit = first + self._ahead  # batches below this may take their slot
         self._closed = False
+        self._waiting = 0  # producers blocked in wait(): asked_for wakes them, and spares the call when none is
 
     def wait(self, batch: int, lead: int = 0) -> bool:
         """Wait until ``batch`` may take its slot (or, with ``lead``, until batch ``batch - lead`` may): True, or
@@ -97,8 +98,12 @@ class SlotGate:
         if batch - lead < self._limit and not self._closed:
             return True  # the common case, without the lock: the limit only grows, so a stale read only waits
         with self._condition:
-            while not self._closed and batch - lead >= self._limit:
-                self._condition.wait()
+            self._waiting += 1
+            try:
+                while not self._closed and batch - lead >= self._limit:
+                    self._condition.wait()
+            finally:
+                self._waiting -= 1
             return not self._closed
 
     def asked_for(self, batch: int) -> None:
@@ -107,7 +112,8 @@ class SlotGate:
         with self._condition:
             if batch + 1 + self._ahead > self._limit:
                 self._limit = batch + 1 + self._ahead
-                self._condition.notify_all()
+                if self._waiting:
+                    self._condition.notify_all()
 
     def close(self) -> None:
         """End the epoch for every producer: waits return False from now on."""
