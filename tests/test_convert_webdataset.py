@@ -204,3 +204,28 @@ def test_every_sample_skipped_fails_and_keeps_the_target(tmp_path):
         beton.convert.webdataset(path, tmp_path / "o.beton", extensions=["png", "cls"], on_error="skip",
                                  num_workers=0, progress=False)
     assert (tmp_path / "o.beton").read_bytes() == b"an older file"
+
+
+def test_dataset_writer_from_webdataset_writes_what_the_pipeline_yields(tmp_path):
+    """FFCV's DatasetWriter.from_webdataset(shards, pipeline): the pipeline maps each shard's WebDataset."""
+    webdataset = pytest.importorskip("webdataset")
+    from beton import DatasetWriter, Reader
+    from beton.fields import IntField, JSONField
+
+    shards = []
+    for shard in range(2):
+        path = str(tmp_path / f"part-{shard}.tar")
+        with webdataset.TarWriter(path) as sink:
+            for i in range(3):
+                key = shard * 3 + i
+                sink.write({"__key__": f"{key:04d}", "cls": str(key * 7).encode(), "json": {"k": key}})
+        shards.append(path)
+
+    def pipeline(dataset):
+        return dataset.decode().to_tuple("cls", "json")
+
+    out = tmp_path / "from_wds.beton"
+    DatasetWriter(str(out), {"label": IntField(), "meta": JSONField()}, num_workers=1).from_webdataset(
+        shards, pipeline)
+    with Reader(str(out)) as reader:
+        assert [reader[i] for i in range(len(reader))] == [(key * 7, {"k": key}) for key in range(6)]

@@ -299,3 +299,10 @@ def test_any_clips_come_back_from_the_reader(tmp_path_factory, clips, page_size)
         for i, values in enumerate(clips):
             (record, payload), = reader[i]
             assert record["frames"] == len(values) and np.frombuffer(payload, "<i2").tolist() == values
+
+
+def test_skipping_bad_samples_is_refused_for_ffcv_style_fields(tmp_path):
+    """Their records hold handles numbered by place in the file: a skipped sample would misnumber the rest."""
+    with pytest.raises(beton.WriterError, match="on_error='skip' cannot write FFCV-style fields"):
+        beton.DatasetWriter(str(tmp_path / "v.beton"), {"v": VectorField(4)}, on_error="skip")
+    assert not (tmp_path / "v.beton").exists()

@@ -28,7 +28,7 @@ import operator
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -43,7 +43,7 @@ from beton.storage.file_builder import FileBuilder, field_table_bytes, sigterm_c
 from beton.storage.metadata import encode_metadata
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
-from beton.fields.ffcv_contract import as_beton_field
+from beton.fields.ffcv_contract import FFCVField, as_beton_field
 from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
@@ -106,6 +106,12 @@ class DatasetWriter:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self._metadata = encode_metadata(metadata)  # serialised now: later changes to the caller's dict do not count
         fields = {name: as_beton_field(field) for name, field in fields.items()}  # FFCV-style fields, adapted
+        ffcv_style = [name for name, field in fields.items() if isinstance(field, FFCVField)]
+        if on_error == "skip" and ffcv_style:
+            # Their records hold a handle numbered by the sample's place in the file, known when it is encoded;
+            # skipping a sample would move every later one and leave handles the reader refuses.
+            raise WriterError(f"on_error='skip' cannot write FFCV-style fields ({', '.join(ffcv_style)}): a "
+                              "skipped sample would leave the later samples' pointers wrong; use on_error='fail'")
         if not fmt.is_valid_page_size(page_size):
             raise FieldError(
                 f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
@@ -166,6 +172,26 @@ class DatasetWriter:
     ) -> WriteReport:
         """Write every sample the iterable yields, in order; ``length`` only sizes the progress bar."""
         return self._write(_chunks(_iterate_samples(self.path, iterable), chunksize), length, None, self._spec)
+
+    def from_webdataset(self, shards: Sequence[str], pipeline: Callable[[Any], Iterable[Any]],
+                        chunksize: int = DEFAULT_CHUNKSIZE) -> WriteReport:
+        """FFCV's ``from_webdataset``: write the samples ``pipeline(webdataset.WebDataset(shard))`` yields for
+        every shard in ``shards``, in order (one tuple per sample, one value per field).
+
+        Needs the ``webdataset`` package. For tar shards without writing a pipeline, ``beton convert
+        webdataset`` (``beton.convert.webdataset``) groups members by key and maps extensions to fields.
+        """
+        try:
+            import webdataset
+        except ImportError:
+            raise WriterError("from_webdataset needs the webdataset package: pip install webdataset") from None
+        shards = [shards] if isinstance(shards, str) else list(shards)
+
+        def samples() -> Iterator[Any]:
+            for shard in shards:
+                yield from pipeline(webdataset.WebDataset(shard, shardshuffle=False))
+
+        return self.from_iterable(samples(), chunksize=chunksize)
 
     def _write(self, chunks: Iterator[list[ChunkItem]], total: int | None, dataset: Any,
                spec: EncodeSpec) -> WriteReport:
