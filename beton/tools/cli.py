@@ -37,10 +37,10 @@ from beton.codecs.image_record import IMAGE_MODES
 from beton.codecs.jpeg_scans import fidelity_bytes
 from beton.fields.ragged import RaggedArrayField
 from beton.fields.rgb_image import RGBImageField
-from beton.storage import format as fmt
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
-from beton.tools.convert.commands import add_convert_parser, byte_size, json_object
+from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
+                                         positive_argument)
 
 __all__ = ["main", "describe"]
 
@@ -309,7 +309,7 @@ def _parser() -> argparse.ArgumentParser:
     merging.add_argument("output", metavar="OUT.beton", help="the file to write (local)")
     merging.add_argument("shards", nargs="+", metavar="SHARD",
                          help="shards in order: paths, URLs, globs (sorted by name) or manifests")
-    merging.add_argument("--page-size", type=_page_size, default=None, metavar="BYTES",
+    merging.add_argument("--page-size", type=page_size_argument, default=None, metavar="BYTES",
                          help="the merged file's page size (default: the first shard's)")
     choice = merging.add_mutually_exclusive_group()
     choice.add_argument("--metadata", type=json_object, default=None, metavar="JSON",
@@ -325,9 +325,9 @@ def _parser() -> argparse.ArgumentParser:
                                            "pipelines training uses (--pipeline), exactly as the loader gives them.")
     show.add_argument("file", type=_existing_path, metavar="FILE", help="the .beton file")
     show.add_argument("-o", "--output", default=None, metavar="GRID.png", help="where to write (default FILE.png)")
-    show.add_argument("--count", type=_positive, default=32, help="images to show (default 32)")
-    show.add_argument("--columns", type=_positive, default=8, help="images per row (default 8)")
-    show.add_argument("--cell", type=_positive, default=160, metavar="PX",
+    show.add_argument("--count", type=positive_argument, default=32, help="images to show (default 32)")
+    show.add_argument("--columns", type=positive_argument, default=8, help="images per row (default 8)")
+    show.add_argument("--cell", type=positive_argument, default=160, metavar="PX",
                       help="cell size for stored images (default 160; loader batches keep their size)")
     show.add_argument("--field", default=None, help="the image field (default: the only one)")
     show.add_argument("--label", default=None,
@@ -348,11 +348,11 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("source", type=_existing_path, metavar="IN.beton", help="the file to plan for")
     tuning.add_argument("-o", "--output", default=None, metavar="OUT.beton", help="write the balanced file")
     tuning.add_argument("--field", default=None, help="the image field (default: the only one)")
-    tuning.add_argument("--batch-size", type=_positive, default=64, help="same raw count in every batch of this size")
-    tuning.add_argument("--cores", type=_positive, default=None, help="decoding threads (default: usable cores)")
+    tuning.add_argument("--batch-size", type=positive_argument, default=64, help="same raw count in every batch of this size")
+    tuning.add_argument("--cores", type=positive_argument, default=None, help="decoding threads (default: usable cores)")
     tuning.add_argument("--read-bandwidth", type=float, default=None, metavar="MB/S",
                         help="plan for this read rate instead of measuring the file's storage")
-    tuning.add_argument("--output-size", type=_positive, default=224, help="the crop decoders' output side")
+    tuning.add_argument("--output-size", type=positive_argument, default=224, help="the crop decoders' output side")
     tuning.add_argument("--max-size", type=_size_bound, default=None, metavar="SIZE",
                         help="bound the balanced file's size: bytes (10GiB, 500MB) or a multiple of the source's "
                              "(2x); the plan is the best mix that fits")
@@ -365,20 +365,6 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", default=None, help="directory for results.json, results.md, results.png")
     bench.set_defaults(run=_bench)
     return parser
-
-
-def _page_size(text: str) -> int:
-    size = byte_size(text)
-    if not fmt.is_valid_page_size(size):
-        raise argparse.ArgumentTypeError(f"must be a power of two from {fmt.MIN_PAGE_SIZE} B to 4 GiB, got {text}")
-    return size
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

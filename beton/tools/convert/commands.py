@@ -23,7 +23,7 @@ from beton.tools.convert.parquet import COLUMN_KINDS
 from beton.tools.convert.report import ConversionReport, ConversionWarning
 from beton.tools.convert.webdataset import KINDS as EXTENSION_KINDS
 
-__all__ = ["add_convert_parser", "byte_size", "json_object"]
+__all__ = ["add_convert_parser", "byte_size", "json_object", "page_size_argument", "positive_argument"]
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tb": 1000**4, "tib": 1 << 40}
@@ -37,14 +37,14 @@ def byte_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def _page_size(text: str) -> int:
+def page_size_argument(text: str) -> int:
     size = byte_size(text)
     if not fmt.is_valid_page_size(size):
         raise argparse.ArgumentTypeError(f"must be a power of two from {fmt.MIN_PAGE_SIZE} B to 4 GiB, got {text}")
     return size
 
 
-def _positive(text: str) -> int:
+def positive_argument(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
@@ -96,12 +96,12 @@ def _add_image_options(parser: argparse.ArgumentParser) -> None:
                        help="how images are stored: jpg (default: JPEG files kept as they are, other formats "
                             "encoded), raw pixels, lossless (default with --keep-alpha/--keep-depth), smart, "
                             "proportion, progressive, balanced")
-    group.add_argument("--max-resolution", type=_positive, default=None, metavar="PX",
+    group.add_argument("--max-resolution", type=positive_argument, default=None, metavar="PX",
                        help="shrink images whose longer side is larger (default: keep every size)")
     group.add_argument("--jpeg-quality", type=_quality, default=90, metavar="Q",
                        help="quality 1..100 of the JPEGs beton encodes (default 90; JPEG files kept as they are "
                             "are not re-encoded)")
-    group.add_argument("--smart-threshold", type=_positive, default=None, metavar="BYTES",
+    group.add_argument("--smart-threshold", type=positive_argument, default=None, metavar="BYTES",
                        help="--write-mode smart: images whose raw pixels take more bytes are stored as JPEG")
     group.add_argument("--compress-probability", type=_probability, default=0.5, metavar="P",
                        help="--write-mode proportion: chance that an image is stored as JPEG (default 0.5)")
@@ -129,7 +129,7 @@ def _add_common_options(parser: argparse.ArgumentParser, on_error: bool = True) 
                                 "the reason")
     group.add_argument("--num-workers", type=int, default=-1,
                        help="encoding processes (default -1: every usable core; 0: this process)")
-    group.add_argument("--page-size", type=_page_size, default=fmt.DEFAULT_PAGE_SIZE, metavar="SIZE",
+    group.add_argument("--page-size", type=page_size_argument, default=fmt.DEFAULT_PAGE_SIZE, metavar="SIZE",
                        help="heap page size, a power of two such as 4MiB (default 8MiB)")
     group.add_argument("--metadata", type=json_object, default=None, metavar="JSON",
                        help="extra file-level metadata, a JSON object such as '{\"license\": \"CC-BY-4.0\"}' "
