@@ -126,6 +126,17 @@ def test_loader_over_http_yields_the_local_batches(served, server, order):
     assert_same_batches(got, expected)
 
 
+def test_a_url_is_read_through_the_process_cache_unless_told_otherwise(served, server):
+    _, url, path = served
+    with beton.Loader(url, batch_size=32, num_workers=1, pipelines=LOADER_PIPELINES) as loader:
+        assert isinstance(loader.memory_strategy, ProcessCache)
+        got = [[tuple(np.array(value.numpy()) for value in batch) for batch in loader]]
+    assert_same_batches(got, loader_batches(path, os_cache=False, num_workers=1))
+    for contradiction in ({"os_cache": True}, {"memory": beton.memory.OSCache()}):
+        with pytest.raises(ValueError, match="read through the process cache"):
+            beton.Loader(url, batch_size=32, **contradiction)
+
+
 def test_pages_are_fetched_ahead_several_at_once(served, server):
     _, url, _ = served
     server.latency = 0.05  # each answer takes a while, so requests started together overlap
