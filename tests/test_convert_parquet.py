@@ -240,6 +240,12 @@ def test_null_lists_and_nulls_inside_lists_are_bad_rows_named_by_file_row_and_it
                           pa.list_(pa.float64(), 4))
     boxes_ = pa.ListArray.from_arrays(pa.array([0, 2, 3, 4, 6, 6], pa.int32()), box_values)
     pq.write_table(pa.table({"tokens": tokens, "boxes": boxes_}), tmp_path / "n.parquet")
+    try:
+        pq.read_table(tmp_path / "n.parquet")
+    except pa.ArrowException:  # some pyarrow versions (25) cannot read back null fixed-size lists in lists
+        with pytest.raises(ConversionError, match=r"n.parquet: pyarrow \S+ cannot read the rows from row 0 on"):
+            beton.convert.parquet(tmp_path / "n.parquet", tmp_path / "n.beton", num_workers=0, progress=False)
+        return
     with pytest.raises(ConversionError, match=r"n.parquet row 0: column 'boxes': item \[1\] is null"):
         beton.convert.parquet(tmp_path / "n.parquet", tmp_path / "n.beton", num_workers=0, progress=False)
     report = beton.convert.parquet(tmp_path / "n.parquet", tmp_path / "n.beton", on_error="skip", num_workers=0,

@@ -131,6 +131,8 @@ class PageSchedule:
         with self._condition:
             while self._ready <= batch and self._error is None and not self._stopped:
                 self._condition.wait()
+            if self._ready > batch:  # read before the reader failed: the batch is served, the error comes later
+                return {page: self._resident[page] for page in self.batch_pages[batch].tolist()}
             if self._error is not None:
                 raise self._error
             if self._stopped:

@@ -36,7 +36,7 @@ dimension as a variable-length list).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -267,11 +267,15 @@ class _Rows:
         self.skipped: list[SkippedSource] = []
         self._yielded: list[tuple[int, int]] = []  # (file, first row) of each run of consecutive yielded rows
         self._run_starts: list[int] = []  # the position of each run's first sample
+        self._yielded_count = 0
+        self._reading = (0, 0)  # (file, row) being read
 
     def source_name(self, position: int) -> str:
         import bisect
 
         run = bisect.bisect_right(self._run_starts, position) - 1
+        if run < 0 or position >= self._yielded_count:  # failed while reading, before yielding this sample
+            return f"{self.files[self._reading[0]]} row {self._reading[1]}"
         file, first_row = self._yielded[run]
         return f"{self.files[file]} row {first_row + position - self._run_starts[run]}"
 
@@ -280,7 +284,8 @@ class _Rows:
         for number, path in enumerate(self.files):
             row = 0
             reader = self.pa.parquet.ParquetFile(path)
-            for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=self.names):
+            self._reading = (number, row)
+            for batch in self._batches(reader, path, lambda: row):
                 columns = [self._values(batch.column(i), self.plans[name], name) for i, name in enumerate(self.names)]
                 for values in zip(*columns):
                     problem = next((value.reason for value in values if isinstance(value, BadValue)), None)
@@ -291,11 +296,27 @@ class _Rows:
                             self._yielded.append((number, row))
                             self._run_starts.append(position)
                         position += 1
+                        self._yielded_count = position
                         yield values
                     row += 1
+                    self._reading = (number, row)
         if position == 0 and self.skipped:  # an empty file would hide it: fail (the target is kept)
             first = self.skipped[0]
             raise ConversionError(f"every row was skipped; the first: {first.source}: {first.reason}")
+
+    def _batches(self, reader: Any, path: Any, row: Callable[[], int]) -> Iterator[Any]:
+        """The file's record batches; a batch pyarrow cannot read is a ConversionError naming file and row (some
+        pyarrow versions cannot read back every file they write, e.g. null fixed-size lists inside lists)."""
+        batches = reader.iter_batches(batch_size=_BATCH_ROWS, columns=self.names)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except self.pa.ArrowException as error:
+                raise ConversionError(f"{path}: pyarrow {self.pa.__version__} cannot read the rows from row "
+                                      f"{row()} on: {error}") from None
+            yield batch
 
     def _last_end(self, position: int) -> tuple[int, int]:
         file, first_row = self._yielded[-1]
