@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from beton.errors import BetonError, add_note
+from beton.errors import locate
 from beton.pipeline.compiler import Plan, Stage, Step
 from beton.pipeline.operation import BatchContext, Source
 from beton.pipeline.ragged import Padded, map_parts
@@ -126,11 +126,9 @@ def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], batch: Ba
         sample_text = f"samples {batch.samples.tolist()[:8]}{'...' if len(batch.samples) > 8 else ''}"
     else:
         sample_text = f"sample {int(batch.samples[row])}"
-        if isinstance(error, BetonError) and error.sample is None:
-            error.sample = int(batch.samples[row])
-    if isinstance(error, BetonError) and error.field is None and len(steps) == 1:
-        error.field = plan.field_names[steps[0].output]
-    add_note(error, f"beton: raised in {where}, on {sample_text} (batch {batch.batch} of epoch {batch.epoch})")
+    locate(error, note=f"beton: raised in {where}, on {sample_text} (batch {batch.batch} of epoch {batch.epoch})",
+           sample=None if row is None else int(batch.samples[row]),
+           field=plan.field_names[steps[0].output] if len(steps) == 1 else None)
     error._beton_located = True  # one note per error, from the innermost place that knows most
 
 
