@@ -9,7 +9,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from beton.pipeline.operation import BatchOperation, JitOperation, State
+from beton.pipeline.operation import BatchOperation, JitOperation, SampleOperation, State
 
 
 @numba.njit(nogil=True, cache=True)
@@ -51,3 +51,18 @@ class TorchFailOnSample(BatchOperation):
         if self.bad_sample in context.samples.tolist():
             raise KeyError(f"sample {self.bad_sample} rejected")
         return batch
+
+
+@dataclasses.dataclass(frozen=True)
+class PythonFailOnSample(SampleOperation):
+    """A per-sample Python operation (a copy of its input row) that raises LookupError on one sample."""
+
+    bad_sample: int
+
+    def output_state(self, previous: Any) -> State:
+        return previous
+
+    def apply(self, src: Any, dst: np.ndarray, i: int, sample: int, context: Any) -> None:
+        if sample == self.bad_sample:
+            raise LookupError(f"sample {sample} has no row")
+        dst[i] = src[i]

@@ -14,7 +14,7 @@ from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.transforms import ToTensor
 
-from jit_ops import FailOnSample, TorchFailOnSample
+from jit_ops import FailOnSample, PythonFailOnSample, TorchFailOnSample
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])
@@ -29,6 +29,18 @@ def test_a_compiled_operation_raising_reaches_the_loop_with_its_sample(image_fil
         assert time.monotonic() - start < 1.0
     notes = "\n".join(caught.value.__notes__)
     assert "sample 77" in notes and "FailOnSample" in notes and "'image'" in notes
+
+
+def test_a_per_sample_python_operation_raising_names_its_sample(image_file):
+    pipelines = {"image": [NDArrayDecoder(), PythonFailOnSample(bad_sample=21), ToTensor()]}
+    with Loader(image_file, batch_size=16, num_workers=1, pipelines=pipelines) as loader:
+        delivered = 0
+        with pytest.raises(LookupError, match="sample 21 has no row") as caught:
+            for images, _ in loader:
+                delivered += len(images)
+    assert delivered == 16
+    notes = "\n".join(caught.value.__notes__)
+    assert "on sample 21 (batch 1 of epoch 0)" in notes and "PythonFailOnSample" in notes and "'image'" in notes
 
 
 def test_a_torch_operation_raising_reaches_the_loop(image_file):

@@ -31,16 +31,28 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
         (step,) = stage.steps
         current = _first(values[step.output], count) if in_buffer[step.output] else values[step.output]
         context = batch.with_key(step_key(step, batch.keys))
-        with _locate(plan, step, batch, None):
-            if stage.kind == "sample":
-                destination = _slot_value(buffers, step.buffer, step.lengths_buffer)
-                for i in range(count):
-                    with _locate(plan, step, batch, i):
-                        step.operation.apply(current, destination, i, int(batch.samples[i]), context)
-                values[step.output], in_buffer[step.output] = destination, True
-            else:
-                values[step.output], in_buffer[step.output] = step.operation.apply(current, context), False
+        if stage.kind == "sample":
+            destination = _slot_value(buffers, step.buffer, step.lengths_buffer)
+            _apply_per_sample(plan, step, batch, current, destination, context)
+            values[step.output], in_buffer[step.output] = destination, True
+            continue
+        try:
+            values[step.output], in_buffer[step.output] = step.operation.apply(current, context), False
+        except Exception as error:
+            _annotate(error, plan, (step,), batch, None)
+            raise
     return tuple(_first(value, count) if whole else value for value, whole in zip(values, in_buffer))
+
+
+def _apply_per_sample(plan: Plan, step: Step, batch: BatchContext, current: Any, destination: Any,
+                      context: BatchContext) -> None:
+    i = 0
+    try:
+        for i in range(len(batch.samples)):
+            step.operation.apply(current, destination, i, int(batch.samples[i]), context)
+    except Exception as error:
+        _annotate(error, plan, (step,), batch, i)
+        raise
 
 
 def step_key(step: Step, keys: dict[tuple[int, int], np.uint64]) -> Any:
@@ -56,6 +68,8 @@ def _slot_value(buffers: Sequence[np.ndarray], buffer: int, lengths: int | None)
 
 def _first(value: Any, count: int) -> Any:
     """The first ``count`` samples of a whole slot buffer (or of a padded pair of them)."""
+    if type(value) is np.ndarray:  # the common case, without map_parts' calls: this runs per output per batch
+        return value[:count]
     return map_parts(lambda part: part[:count], value)
 
 
@@ -100,21 +114,6 @@ def _first_failing_row(stage: Stage, batch: BatchContext, arguments: list[Any]) 
         except Exception:  # noqa: BLE001 - only locating
             return i
     return None
-
-
-class _locate:
-    """Context manager: name the pipeline, operation, batch and sample of an exception passing through."""
-
-    def __init__(self, plan: Plan, step: Step, batch: BatchContext, row: int | None) -> None:
-        self.arguments = (plan, (step,), batch, row)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
-        if isinstance(error, Exception) and not getattr(error, "_beton_located", False):
-            _annotate(error, *self.arguments)
-        return False
 
 
 def _annotate(error: BaseException, plan: Plan, steps: Sequence[Step], batch: BatchContext, row: int | None) -> None:

@@ -37,6 +37,8 @@ class ToTensor(BatchOperation):
         return State(previous.shape, dtype, kind="torch", layout=previous.layout)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
+        if type(batch) is np.ndarray and batch.dtype.isnative:  # the common case, straight: it runs per batch
+            return torch.from_numpy(batch)
         return map_parts(_tensor, batch)
 
 
