@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -20,6 +21,11 @@ settings.register_profile(
     derandomize=bool(os.environ.get("CI")),
 )
 settings.load_profile("beton")
+
+#: The tests folder (test modules sit in subfolders mirroring the package; helpers and data sit here).
+TESTS = pathlib.Path(__file__).resolve().parent
+#: Test data kept in the repository: files written by FFCV 1.0.2, golden files.
+DATA = TESTS / "data"
 
 
 #: Orders that apply to any file (BALANCED needs an RGBImageField: see test_balanced.py; BUCKETED a field with

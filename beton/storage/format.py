@@ -1,7 +1,7 @@
 """The on-disk layout of a ``.beton`` file, format versions 1 and 2: the single source of truth.
 
 Every record is a little-endian numpy structured dtype defined here; ``docs/format.md`` describes the same
-bytes in prose and ``tests/test_format.py`` pins every itemsize and offset.
+bytes in prose and ``tests/storage/test_format.py`` pins every itemsize and offset.
 
 ::
 

@@ -8,7 +8,6 @@ import sys
 import cv2
 import numpy as np
 import pytest
-import torch
 
 import beton
 import beton.show

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-FUZZ = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz.py"
+FUZZ = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz.py"
 CASES = 1000
 
 

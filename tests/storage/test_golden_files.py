@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
+from conftest import DATA
 from golden_files import datasets, write_all
 
-GOLDEN = pathlib.Path(__file__).resolve().parent / "data" / "golden"
+GOLDEN = DATA / "golden"
 
 
 def test_every_dataset_has_a_golden_file():

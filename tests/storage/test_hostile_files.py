@@ -37,9 +37,9 @@ from beton.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RaggedDecode
                                    SimpleRGBImageDecoder)
 from beton.transforms import ToTensor
 
-from conftest import write
+from conftest import DATA, TESTS, write
 
-FFCV_FIXTURES = pathlib.Path(__file__).resolve().parent / "data" / "ffcv"
+FFCV_FIXTURES = DATA / "ffcv"
 
 
 class Forged:
@@ -170,7 +170,7 @@ def refused_on_open(path: pathlib.Path, *words: str) -> FormatError:
 def run_isolated(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter, so that a crash fails the test instead of ending the session."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=300, cwd=pathlib.Path(__file__).parent)
+                          timeout=300, cwd=TESTS)
 
 
 # ---- out-of-range record values, every field kind ---------------------------------------------------------

@@ -28,7 +28,7 @@ from beton.storage.shards import index
 from beton.storage.writer import shard_range
 from beton.tools.sample_photos import photo_crop
 
-from conftest import MIXED_FIELDS, ListDataset, mixed_sample
+from conftest import MIXED_FIELDS, TESTS, ListDataset, mixed_sample
 from ffcv_style_fields import AudioField, OffsetIntField, VectorField
 
 PHOTOS = [photo_crop(i, 72 + 8 * (i % 4), 96) for i in range(23)]
@@ -331,7 +331,7 @@ def test_sigterm_during_a_merge_leaves_the_target_as_it_was_then_ends_the_proces
     write_shards(tmp_path, {"blob": BytesField(), "label": IntField()}, samples, [0, 100, 200])
     (tmp_path / "merged.beton").write_bytes(b"an older file")
     code = f"import sys, test_shards; test_shards.merge_slowly({str(tmp_path)!r})"
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), str(TESTS),
                                                                 os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=environment)
     try:

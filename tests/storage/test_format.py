@@ -11,7 +11,7 @@ import pytest
 from beton import dtypes
 from beton.storage import format as fmt
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "format.md"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "format.md"
 
 EXPECTED_LAYOUT = {
     "HEADER_DTYPE": (256, {"magic": 0, "version": 8, "header_size": 12, "page_size": 16, "num_samples": 24,

@@ -23,9 +23,8 @@ from beton import Loader, OrderOption
 from beton.errors import BetonError, WriterError
 from beton.fields import BytesField, IntField
 
-from conftest import IMAGE_FIELDS, ListDataset, small_image, write
+from conftest import IMAGE_FIELDS, TESTS, ListDataset, small_image, write
 
-TESTS = Path(__file__).parent
 
 
 def files_in(directory: Path) -> list[str]:
@@ -36,7 +35,8 @@ def python_calling(function: str, *arguments: str) -> tuple[list[str], dict[str,
     """Command line and environment of a fresh Python that runs ``function(*arguments)`` of this module: a
     crash (SIGBUS) or a signal there ends that process, not the test run."""
     code = f"import sys, test_faults; test_faults.{function}(*sys.argv[1:])"
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), str(TESTS),
+                                                                os.environ.get("PYTHONPATH", "")])}
     return [sys.executable, "-c", code, *arguments], environment
 
 

@@ -24,7 +24,9 @@ from beton.decoders import (
 )
 from beton.transforms import ToTensor
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "data" / "ffcv"
+from conftest import DATA
+
+FIXTURES = DATA / "ffcv"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 ARRAYS = np.load(FIXTURES / "expected_arrays.npz")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import sys
 
@@ -13,14 +12,14 @@ import pytest
 
 from beton import Loader
 
-from conftest import ANY_FILE_ORDERS, window_of
+from conftest import ANY_FILE_ORDERS, TESTS, window_of
 
 SAMPLES = 202
 BATCH_SIZE = 16
 
 
 def run_ranks(image_file, tmp_path, world_size: int, seed: int | None) -> list[dict]:
-    worker = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
+    worker = str(TESTS / "distributed_worker.py")
     outputs = [tmp_path / f"rank{rank}.json" for rank in range(world_size)]
     processes = [
         subprocess.Popen([sys.executable, worker, str(image_file), str(tmp_path / "rendezvous"), str(rank),

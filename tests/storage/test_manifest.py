@@ -24,7 +24,7 @@ from beton.storage.manifest import (MAX_MANIFEST_BYTES, FieldSpec, Manifest, hea
                                     read_manifest)
 from beton.storage.shards import dataset_manifest, index
 
-from conftest import MIXED_FIELDS, ListDataset, mixed_sample
+from conftest import DATA, MIXED_FIELDS, ListDataset, mixed_sample
 
 SAMPLES = [mixed_sample(i) for i in range(40)]
 BOUNDS = [0, 13, 13, 40]  # uneven, one shard empty
@@ -291,7 +291,7 @@ def test_what_names_no_dataset(tmp_path):
     with pytest.raises(FormatError, match="not a beton file"):
         dataset_manifest(str(text))
     ffcv = tmp_path / "ffcv.beton"  # a file FFCV 1.0.2 wrote (tests/data/ffcv)
-    with gzip.open(os.path.join(os.path.dirname(__file__), "data", "ffcv", "ffcv_v2_raw.beton.gz")) as source:
+    with gzip.open(DATA / "ffcv" / "ffcv_v2_raw.beton.gz") as source:
         ffcv.write_bytes(source.read())
     assert beton.Reader(ffcv).format.startswith("FFCV")
     with pytest.raises(FormatError, match="FFCV file carries no checksums"):
