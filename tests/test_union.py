@@ -384,3 +384,24 @@ def test_a_manifest_object_is_a_dataset_too(aligned):
     whole, parts, manifest = aligned
     assert isinstance(dataset_manifest(manifest), Manifest)
     assert epochs(dataset_manifest(parts), order=OrderOption.RANDOM) == epochs(whole, order=OrderOption.RANDOM)
+
+
+def test_remote_shards_are_fetched_ahead_in_runs_of_pages(aligned):
+    pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
+    pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
+    from beton.storage.remote import RemoteOptions
+
+    from range_server import RangeServer
+
+    whole, parts, _ = aligned
+    memory = ProcessCache(remote=RemoteOptions(retries=2, backoff=0.001, timeout=5.0))
+    with RangeServer(os.path.dirname(whole)) as server:
+        urls = [server.url(os.path.basename(part)) for part in parts]
+        with Loader(urls, batch_size=16, num_workers=2, seed=7, memory=memory) as loader:
+            opened = server.requests  # headers and tables
+            for _ in loader:
+                pass
+            pages = loader.reader.num_pages
+            assert loader.memory_counters["pages_read"] == pages == 40
+            # SEQUENTIAL: each shard's 10 pages are planned ahead and fetched as runs, not one request per page
+            assert server.requests - opened <= 2 * len(urls) < pages

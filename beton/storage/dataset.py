@@ -267,8 +267,19 @@ class ShardedPages:
     def check_path(self) -> None:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
-        for source in self._sources:
-            source.check_path()
+        remote = set(self._remote)
+        for number, source in enumerate(self._sources):
+            if number not in remote:
+                source.check_path()  # a stat
+        if len(remote) < 2:
+            for number in remote:
+                self._sources[number].check_path()
+            return
+        # a request per remote file: several at once, the first failure in order raised
+        with concurrent.futures.ThreadPoolExecutor(min(len(remote), _MAX_CONCURRENT_OPENS),
+                                                   thread_name_prefix="beton-identity") as pool:
+            for future in [pool.submit(self._sources[number].check_path) for number in self._remote]:
+                future.result()
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
         if not self._remote:
