@@ -13,7 +13,8 @@
     ├── WriterError (RuntimeError)              writing failed for another reason (a worker process died)
     ├── PipelineError (TypeError)               a loader pipeline is built wrongly
     ├── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
-    └── StorageError (OSError)                  remote storage kept failing to deliver a file's bytes
+    ├── StorageError (OSError)                  remote storage kept failing to deliver a file's bytes
+    └── ShardNotFoundError (FileNotFoundError)  a dataset names a file that is not there (a shard, a glob)
 
 Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
 does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
@@ -46,6 +47,7 @@ __all__ = [
     "PipelineError",
     "LoaderError",
     "StorageError",
+    "ShardNotFoundError",
 ]
 
 _LOCATION = ("path", "field", "sample", "page")
@@ -126,6 +128,11 @@ class StorageError(BetonError, OSError):
     """Remote storage did not deliver a file's bytes: a read kept failing (timeouts, dropped connections, server
     errors, short reads) until its retries ran out, or failed in a way retrying cannot mend (access denied). The
     last underlying error is ``__cause__``; ``path`` is the URL, ``page`` the page when known."""
+
+
+class ShardNotFoundError(BetonError, FileNotFoundError):
+    """A dataset of several files names one that is not there: a glob that matches nothing, or a shard (listed
+    in a manifest or named in a list) that is missing. ``path`` is the shard's path or URL (or the glob)."""
 
 
 def locate(error: _Error, *, note: str | None = None, **where: object) -> _Error:

@@ -1,4 +1,5 @@
-"""Loader: the torch DataLoader replacement. Reads a .beton file through compiled per-field pipelines.
+"""Loader: the torch DataLoader replacement. Reads a .beton file (or several as one) through compiled per-field
+pipelines.
 
 The Loader is configuration plus resume state: it resolves its options (memory strategy, order, shard, seed,
 pipelines), plans and compiles the pipelines, and hands each epoch to the epoch engine
@@ -30,8 +31,9 @@ from beton.memory import OSCache
 from beton.memory.base import MemoryStrategy, StoredField
 from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
-from beton.storage.reader import Reader
+from beton.storage.dataset import OpenedDataset, open_dataset
 from beton.storage.remote import is_url
+from beton.storage.shards import Source, names_one_file
 from beton.threading_layer import ensure_thread_safe_layer
 from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 
@@ -39,17 +41,23 @@ __all__ = ["Loader"]
 
 
 class Loader:
-    """Iterate over batches of a .beton file, one tuple of outputs per batch (in field order).
+    """Iterate over batches of a .beton file, or of several files as one dataset, one tuple of outputs per batch (in
+    field order).
 
     Args:
-        path: the .beton file.
+        path: the .beton file (a path or URL); or several as one dataset: a list of paths and URLs, a glob
+            (``"data/train-*.beton"``, sorted by name), a manifest file (``"train.json"``, from ``beton index``) or a
+            :class:`~beton.storage.Manifest`. Global sample indices run across the files in order (``indices=``,
+            orders, sharding, ``state_dict`` use them), and the files' fields must match (see
+            :mod:`beton.storage.dataset` and docs/loader.md).
         batch_size: samples per batch.
         num_workers: worker threads; -1 uses every usable core; 0 computes each batch in the calling thread
             when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
         os_cache: FFCV's shorthand for ``memory=``: True is ``OSCache()``, False is ``ProcessCache()`` (default:
             as ``memory=`` says, else the OS cache). Contradicting ``memory=`` is an error.
-            A URL is always read through the process cache (there is no memory map of a remote file); its
-            ``ProcessCache(remote=RemoteOptions(...))`` sets how (fsspec options, a local page cache).
+            A URL, and several files as one, are always read through the process cache (there is no memory map of
+            a remote file, nor one of several files); ``ProcessCache(remote=RemoteOptions(...))`` sets how URLs are
+            read (fsspec options, a local page cache).
         order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
@@ -112,7 +120,7 @@ class Loader:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: Source,
         batch_size: int,
         num_workers: int = -1,
         os_cache: bool | None = None,
@@ -144,13 +152,15 @@ class Loader:
         legacy = legacy_keywords(deprecated)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        remote = is_url(path)
-        if remote and memory is None and os_cache is None:
-            os_cache = False  # a remote file has no memory map: the process cache reads it
+        one_file = names_one_file(path)
+        unmapped = not one_file or is_url(path)  # several files, or a URL: no memory map can hold them
+        if unmapped and memory is None and os_cache is None:
+            os_cache = False  # the process cache reads them
         memory = resolve_memory(os_cache, memory, legacy)
-        if remote and isinstance(memory, OSCache):
-            raise ValueError(f"{path} is read through the process cache (a remote file has no memory map): "
-                             "leave os_cache and memory out, or pass memory=ProcessCache(...)")
+        if unmapped and isinstance(memory, OSCache):
+            what = "a remote file has no memory map" if one_file else "one memory map cannot hold several files"
+            raise ValueError(f"{_describe(path)} is read through the process cache ({what}): leave os_cache and "
+                             "memory out, or pass memory=ProcessCache(...)")
         compile_options = resolve_compile_options(compile_options, legacy)
         order = _order_or_shuffle(order, shuffle)
         order_kwargs = resolve_order_kwargs(order_kwargs, _order_class(order), legacy)
@@ -162,8 +172,9 @@ class Loader:
             overwrite_kept=overwrite_kept, compile_options=compile_options, order_kwargs=order_kwargs,
             max_image_pixels=max_image_pixels, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
         ensure_thread_safe_layer()
-        self.reader = Reader(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                             remote_options=getattr(memory, "remote", None))
+        # one file (a Reader) or several as one (a ShardedDataset): the rest reads both alike
+        self.reader: OpenedDataset = open_dataset(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
+                                                  remote_options=getattr(memory, "remote", None))
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)
@@ -451,13 +462,17 @@ def _order_class(order: Any) -> type | None:
         return None
 
 
-def _image_modes(reader: Reader) -> dict[str, np.ndarray]:
+def _describe(path: Source) -> str:
+    return os.fspath(path) if isinstance(path, (str, os.PathLike)) else f"a dataset of several files ({path!r:.200})"
+
+
+def _image_modes(reader: OpenedDataset) -> dict[str, np.ndarray]:
     # copies: the orders read them every epoch, and the memory layer never reads the file's map after opening
     return {name: np.array(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
             if isinstance(field, RGBImageField)}
 
 
-def _sample_lengths(reader: Reader) -> dict[str, np.ndarray]:
+def _sample_lengths(reader: OpenedDataset) -> dict[str, np.ndarray]:
     """Per field with lengths (ragged arrays, byte strings), each sample's length: copies, as _image_modes."""
     lengths = {}
     for name, field in reader.fields.items():
@@ -469,7 +484,7 @@ def _sample_lengths(reader: Reader) -> dict[str, np.ndarray]:
     return lengths
 
 
-def _sample_pages(reader: Reader) -> np.ndarray:
+def _sample_pages(reader: OpenedDataset) -> np.ndarray:
     """Page of each sample's first payload; files without payloads get pseudo-pages of 1024 samples."""
     if reader.allocation_table.shape[1] == 0 or reader.num_samples == 0:
         return np.arange(reader.num_samples, dtype=np.int64) // 1024

@@ -35,13 +35,13 @@ from beton.pieces import Pieces
 from beton.pipeline.operation import Source
 from beton.pipeline.slots import Slot, SlotGate
 from beton.storage.page_source import PageSource
-from beton.storage.reader import Reader
+from beton.storage.dataset import OpenedDataset
 
 __all__ = ["MemoryStrategy", "MemoryLayer", "EpochReads", "StoredField", "MemoryCounters", "metadata_column",
            "allocation_columns"]
 
 
-def metadata_column(reader: Reader, field_name: str) -> np.ndarray:
+def metadata_column(reader: OpenedDataset, field_name: str) -> np.ndarray:
     """A contiguous copy of one field's data-table column (numba wants contiguous arrays; a copy, never a view
     of the memory map, even where the column is already contiguous: see the module docstring)."""
     column = reader.data_table[field_name]
@@ -50,7 +50,7 @@ def metadata_column(reader: Reader, field_name: str) -> np.ndarray:
     return np.array(column, order="C", copy=True)
 
 
-def allocation_columns(reader: Reader) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def allocation_columns(reader: OpenedDataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per payload column, contiguous int64 copies of the payloads' offsets and sizes: a batch then needs two
     takes, not a structured gather, and never reads the Reader's memory map."""
     table = reader.allocation_table
@@ -70,7 +70,7 @@ class StoredField:
     payload: int
 
     @classmethod
-    def of(cls, reader: Reader, name: str) -> StoredField:
+    def of(cls, reader: OpenedDataset, name: str) -> StoredField:
         return cls(name, reader.fields[name], metadata_column(reader, name), reader.descriptors[name].payload_column)
 
 
@@ -118,7 +118,7 @@ class MemoryLayer(abc.ABC):
     the rest where it keeps per-epoch or per-batch state.
     """
 
-    def __init__(self, reader: Reader, file: PageSource) -> None:
+    def __init__(self, reader: OpenedDataset, file: PageSource) -> None:
         self.file = file
         self._offsets, self._sizes = allocation_columns(reader)
         self.counters = MemoryCounters()
@@ -157,5 +157,5 @@ class MemoryStrategy(abc.ABC):
     builds its own running layer."""
 
     @abc.abstractmethod
-    def build(self, reader: Reader, num_slots: int) -> MemoryLayer:
+    def build(self, reader: OpenedDataset, num_slots: int) -> MemoryLayer:
         """The running layer for ``reader``'s file, serving a ring of ``num_slots`` batch slots."""

@@ -27,7 +27,7 @@ from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
 from beton.pipeline.operation import Source
 from beton.pipeline.slots import Slot
 from beton.storage.page_source import LocalFile
-from beton.storage.reader import Reader
+from beton.storage.dataset import OpenedDataset, ShardedDataset
 
 __all__ = ["OSCache", "OSCacheLayer"]
 
@@ -43,7 +43,7 @@ class OSCache(MemoryStrategy):
 
     readahead: bool = True
 
-    def build(self, reader: Reader, num_slots: int) -> OSCacheLayer:
+    def build(self, reader: OpenedDataset, num_slots: int) -> OSCacheLayer:
         return OSCacheLayer(reader, self.readahead)
 
 
@@ -54,7 +54,11 @@ class OSCacheLayer(MemoryLayer):
     pieces) and ``batch_done`` (nothing to release).
     """
 
-    def __init__(self, reader: Reader, readahead: bool = True) -> None:
+    def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
+        if isinstance(reader, ShardedDataset):  # payloads of several files cannot lie in one memory map
+            raise ValueError(f"{reader.path}: a dataset of {len(reader.readers)} files is read through the process "
+                             "cache (one memory map cannot hold several files): leave os_cache and memory out, or "
+                             "pass memory=ProcessCache(...)")
         file = LocalFile(reader)
         super().__init__(reader, file)
         # The map of the descriptor that check() watches, so both are the same file; it ends where the file

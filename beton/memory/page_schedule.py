@@ -25,27 +25,31 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from beton.storage.reader import Reader
+from beton.storage.dataset import OpenedDataset
 
 __all__ = ["Heap", "PageSchedule", "minimum_budget"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Heap:
-    """Where a file's heap lies and how it is paged."""
+    """Where a dataset's heap lies and how it is paged. ``page_ends``: where each page ends, when pages before the
+    last may be short (several files as one: each file's last page); None when only the heap's last page may be."""
 
     offset: int
     size: int
     page_size: int
     num_pages: int
+    page_ends: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, reader: Reader) -> Heap:
-        return cls(reader.heap_offset, reader.heap_size, reader.page_size, reader.num_pages)
+    def of(cls, dataset: OpenedDataset) -> Heap:
+        return cls(dataset.heap_offset, dataset.heap_size, dataset.page_size, dataset.num_pages, dataset.page_ends)
 
     def page_bounds(self, page: int) -> tuple[int, int]:
         """Absolute [start, end) byte range of one page."""
         start = self.offset + page * self.page_size
+        if self.page_ends is not None:
+            return start, int(self.page_ends[page])
         return start, min(start + self.page_size, self.offset + self.size)
 
     def pages_of(self, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:

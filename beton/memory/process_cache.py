@@ -44,9 +44,9 @@ from beton.memory.staging import stage_payloads, stage_pieces
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
 from beton.pipeline.slots import Slot
-from beton.storage.page_source import PageSource, open_page_source
+from beton.storage.dataset import OpenedDataset, open_page_source
+from beton.storage.page_source import PageSource
 from beton.storage.remote import RemoteOptions
-from beton.storage.reader import Reader
 
 __all__ = ["ProcessCache", "ProcessCacheLayer"]
 
@@ -74,18 +74,19 @@ class ProcessCache(MemoryStrategy):
             raise ValueError(f"ProcessCache(read_bandwidth=...) must be a positive rate in bytes/s, got "
                              f"{self.read_bandwidth}")
 
-    def build(self, reader: Reader, num_slots: int) -> ProcessCacheLayer:
+    def build(self, reader: OpenedDataset, num_slots: int) -> ProcessCacheLayer:
         return ProcessCacheLayer(reader, num_slots, self.pages, self.read_bandwidth)
 
 
 class ProcessCacheLayer(MemoryLayer):
     """The running process cache over one opened file (see the module docstring for its three parts).
 
-    ``file``: where pages are read from (default: the Reader's file opened again, local or remote); any
+    ``reader``: one file (a Reader) or several as one (a :class:`~beton.storage.dataset.ShardedDataset`).
+    ``file``: where pages are read from (default: the dataset's files opened again, local or remote); any
     :class:`~beton.storage.page_source.PageSource` does. ``budget_pages`` is the current epoch's budget.
     """
 
-    def __init__(self, reader: Reader, num_slots: int, budget_pages: int | None = None,
+    def __init__(self, reader: OpenedDataset, num_slots: int, budget_pages: int | None = None,
                  read_bandwidth: float | None = None, file: PageSource | None = None) -> None:
         super().__init__(reader, file if file is not None else open_page_source(reader))
         self._heap = Heap.of(reader)

@@ -8,9 +8,11 @@ format or FFCV's, :mod:`~beton.storage.ffcv_format`), :mod:`~beton.storage.verif
 
 A dataset in several files (docs/shards.md): :mod:`~beton.storage.manifest` (the shards in order, their global
 sample ranges, the manifest file), :mod:`~beton.storage.shards` (files, globs, lists and manifest files to one
-manifest; ``beton index``), :mod:`~beton.storage.merge` (``beton merge``).
+manifest; ``beton index``), :mod:`~beton.storage.merge` (``beton merge``), :mod:`~beton.storage.dataset` (what a
+Loader reads: one file, or several as one :class:`~beton.storage.dataset.ShardedDataset`).
 """
 
+from beton.storage.dataset import ShardedDataset, open_dataset
 from beton.storage.manifest import Manifest, read_manifest
 from beton.storage.merge import MergeReport, merge
 from beton.storage.reader import Reader
@@ -19,4 +21,4 @@ from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter, shard_range
 
 __all__ = ["DatasetWriter", "Reader", "verify", "VerifyReport", "shard_range", "Manifest", "read_manifest",
-           "dataset_manifest", "index", "merge", "MergeReport"]
+           "dataset_manifest", "index", "merge", "MergeReport", "ShardedDataset", "open_dataset"]

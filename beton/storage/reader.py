@@ -88,6 +88,10 @@ class Reader:
     paths ignore all four. ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
     """
 
+    #: Where each heap page ends, for heaps whose pages are not all ``page_size`` long before the last one (a
+    #: :class:`~beton.storage.dataset.ShardedDataset`); None for one file, whose pages all are.
+    page_ends: np.ndarray | None = None
+
     def __init__(
         self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
         max_image_pixels: int | None | Literal["environment"] = "environment",

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from beton.errors import ShardError, error_context, locate
+from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.storage.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
 from beton.storage.reader import read_head
@@ -32,7 +32,7 @@ from beton.storage.remote import RemoteOptions, is_url
 from beton.storage.remote.fetch import import_fsspec
 from beton.storage.verify import verify_reader
 
-__all__ = ["dataset_manifest", "index", "is_manifest_name", "Source"]
+__all__ = ["dataset_manifest", "index", "is_manifest_name", "names_one_file", "Source"]
 
 #: What names a dataset: a path or URL (a file, a glob, a manifest), a list of those, or a Manifest.
 Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]], Manifest]
@@ -46,6 +46,15 @@ def is_manifest_name(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(".json")
 
 
+def names_one_file(source: Source) -> bool:
+    """Whether ``source`` names a single beton file (a path or URL that is neither a manifest file nor a glob, by
+    the rules of the module docstring), rather than a dataset of several files."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False  # a list (even of one file) or a Manifest
+    item = os.fspath(source)
+    return not is_manifest_name(item) and not _is_glob(item)
+
+
 def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | None = None,
                      remote_options: RemoteOptions | None = None) -> Manifest:
     """The shards, in order, of the dataset ``source`` names (module docstring). A manifest file read alone keeps
@@ -54,7 +63,7 @@ def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | Non
         return source
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
-        raise ValueError("no shards given: name at least one file, glob or manifest")
+        raise ShardError("no shards given: name at least one file, glob or manifest")
     named: list[Manifest | str] = []  # manifests read, and files still to read, in order
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
@@ -75,7 +84,12 @@ def _one_file_manifests(paths: list[str], storage_options: Mapping[str, Any] | N
     a few round trips), local files one after the other."""
 
     def one(path: str) -> Manifest:
-        head = read_head(path, storage_options=storage_options, remote_options=remote_options)
+        try:
+            head = read_head(path, storage_options=storage_options, remote_options=remote_options)
+        except FileNotFoundError as error:
+            if isinstance(error, BetonError):
+                raise
+            raise locate(ShardNotFoundError(f"no such file: {error}"), path=path) from None
         return Manifest.of([(path, head.num_samples, header_digest(head.header))], field_specs(head.descriptors))
 
     remote = sum(1 for path in paths if is_url(path))
@@ -105,21 +119,27 @@ def _concatenate(parts: list[Manifest]) -> Manifest:
     return Manifest.of(entries, first.fields)
 
 
+def _is_glob(item: str) -> bool:
+    """Whether the path or URL ``item`` is a glob (module docstring): a local path with a glob character that
+    names no existing file, or a URL other than HTTP(S) with one."""
+    if not any(character in item for character in _GLOB_CHARACTERS):
+        return False
+    if is_url(item):
+        return not item.lower().startswith(("http://", "https://"))  # HTTP cannot list, and '?' starts a query
+    return not os.path.exists(item)
+
+
 def _expand(item: str, storage_options: Mapping[str, Any] | None) -> list[str]:
     """The files a path, URL or glob names, in order."""
-    if not any(character in item for character in _GLOB_CHARACTERS):
+    if not _is_glob(item):
         return [item]
     if is_url(item):
-        if item.lower().startswith(("http://", "https://")):
-            return [item]  # HTTP cannot list a directory, and '?' starts a query
         fs, pattern = import_fsspec().core.url_to_fs(item, **dict(storage_options or {}))
         matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
     else:
-        if os.path.exists(item):
-            return [item]
         matches = sorted(glob.glob(item))
     if not matches:
-        raise FileNotFoundError(f"no file matches {item!r}")
+        raise locate(ShardNotFoundError("no file matches this glob"), path=item)
     return matches
 
 

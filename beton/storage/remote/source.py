@@ -48,7 +48,12 @@ class RemotePageSource:
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
         """The pages each batch of the epoch needs, and the page budget of the cache that reads them."""
-        self._pages.will_read(expected_reads(batch_pages, budget_pages))
+        self.fetch_ahead(expected_reads(batch_pages, budget_pages))
+
+    def fetch_ahead(self, pages: np.ndarray) -> None:
+        """Fetch ``pages`` ahead, in this order: for a caller that worked out the reads itself (several files read
+        as one, whose cache budget they share: :class:`~beton.storage.dataset.ShardedPages`)."""
+        self._pages.will_read(pages)
 
     def check(self) -> None:
         if self._closed:
