@@ -60,6 +60,9 @@ class Step:
     input_lengths_buffer: int | None = None  # padded input: the buffer of its lengths
     #: (output, position) of the steps whose random keys this one receives (Operation.follows); () for its own
     key_sources: tuple[tuple[int, int], ...] = ()
+    #: an in-place compiled step whose input is no slot buffer (a Python-level step's result): its kernel reads
+    #: and writes its own buffer, so the executor first copies the input there
+    copies_input: bool = False
 
 
 def stage_kind(operation: Operation, previous: State | SourceState) -> StageKind:
@@ -196,10 +199,12 @@ def place_steps(
             raise PipelineError(f"pipeline {name!r}[{position}]: {error}") from None
         kind = stage_kind(operation, state)
         placed = _buffers_for(operation, kind, next_state, current, buffers, state)
+        copies_input = (kind == "jit" and isinstance(state, State) and current[0] is None and placed[0] is not None
+                        and operation.in_place(state))
         steps.append(Step(output=output, position=position, operation=operation, kind=kind, input_state=state,
                           output_state=next_state, buffer=placed[0], input_buffer=current[0],
                           lengths_buffer=placed[1], input_lengths_buffer=current[1],
-                          key_sources=(followed or {}).get((output, position), ())))
+                          key_sources=(followed or {}).get((output, position), ()), copies_input=copies_input))
         state, current = next_state, placed
     return steps
 
