@@ -163,3 +163,50 @@ class OffsetIntField(Field):
 
     def get_decoder_class(self) -> Type[Operation]:
         return OffsetDecoder
+
+
+class RawImageDecoder(Operation):
+    """The stored pixels of each image, as an HxWxC uint8 batch."""
+
+    def declare_state_and_memory(self, previous_state: State) -> Tuple[State, Optional[AllocationQuery]]:
+        shape = tuple(self.field.shape)
+        return replace(previous_state, jit_mode=True, shape=shape, dtype=np.dtype("u1")), \
+            AllocationQuery(shape, np.dtype("u1"))
+
+    def generate_code(self) -> Callable:
+        mem_read = self.memory_read
+        copy = Compiler.compile(memcpy)
+        loop = Compiler.get_iterator()
+
+        def decode(batch_indices, destination, metadata, storage_state):
+            for i in loop(batch_indices.shape[0]):
+                copy(mem_read(metadata[batch_indices[i]]["ptr"], storage_state), destination[i].reshape(-1))
+            return destination
+
+        return decode
+
+
+class RawImageField(Field):
+    """Fixed-shape uint8 images stored as raw pixels; the shape is the field's argument."""
+
+    def __init__(self, shape=(8, 8, 3)) -> None:
+        self.shape = tuple(shape)
+
+    @property
+    def metadata_type(self) -> np.dtype:
+        return np.dtype([("ptr", "<u8")])
+
+    @staticmethod
+    def from_binary(binary: ARG_TYPE) -> Field:
+        return RawImageField(tuple(int(v) for v in binary[:24].view("<u8")))
+
+    def to_binary(self) -> ARG_TYPE:
+        return np.array(self.shape, "<u8").view("<u1")
+
+    def encode(self, destination, image, malloc) -> None:
+        pixels = np.ascontiguousarray(image, dtype=np.uint8).reshape(self.shape)
+        destination["ptr"], buffer = malloc(pixels.nbytes)
+        buffer[:] = pixels.reshape(-1)
+
+    def get_decoder_class(self) -> Type[Operation]:
+        return RawImageDecoder

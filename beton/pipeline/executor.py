@@ -9,7 +9,7 @@ import numpy as np
 
 from beton.errors import locate
 from beton.pipeline.compiler import Plan, Stage, Step
-from beton.pipeline.operation import BatchContext, Source
+from beton.pipeline.operation import BatchContext, Source, SourceState
 from beton.pipeline.ragged import Padded, map_parts
 
 __all__ = ["run_batch", "warm_up", "step_key"]
@@ -73,6 +73,15 @@ def _first(value: Any, count: int) -> Any:
     return map_parts(lambda part: part[:count], value)
 
 
+def _copy_into(whole: Any, value: Any) -> None:
+    """Copy a batch (an array, or a padded pair, of the batch's rows) into the first rows of slot buffers."""
+    if isinstance(value, Padded):
+        whole.values[: len(value.values)] = value.values
+        whole.lengths[: len(value.lengths)] = value.lengths
+    else:
+        whole[: len(value)] = value
+
+
 def _kernel_view(buffers: Sequence[np.ndarray], buffer: int, lengths: int | None) -> Any:
     """What a kernel gets for a slot buffer: the array, or for a padded batch (values as bytes, lengths)."""
     if lengths is None:
@@ -86,7 +95,10 @@ def _jit_arguments(stage: Stage, kernel_arguments: dict, buffers: Sequence[np.nd
     arguments: list[Any] = []
     for step in stage.steps:
         source = values[step.output]
-        if step.input_buffer is not None:
+        if step.copies_input:  # an in-place kernel reads its own buffer: the input goes there first
+            _copy_into(_slot_value(buffers, step.buffer, step.lengths_buffer), source)
+            source = _kernel_view(buffers, step.buffer, step.lengths_buffer)
+        elif step.input_buffer is not None:
             source = _kernel_view(buffers, step.input_buffer, step.input_lengths_buffer)
         elif isinstance(source, Source):
             source = source.as_tuple()
@@ -137,6 +149,7 @@ def warm_up(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], s
                          keys={(s.output, s.position): np.uint64(0) for stage in plan.stages for s in stage.steps})
     values: list[Any] = list(sources)
     for stage in plan.stages:
-        if stage.kind == "jit" and all(isinstance(values[s.output], Source) or s.input_buffer is not None
+        # only stages whose inputs are known now: decoders' sources and slot buffers (not Python steps' results)
+        if stage.kind == "jit" and all(isinstance(s.input_state, SourceState) or s.input_buffer is not None
                                        for s in stage.steps):
             _run_jit(stage, plan, kernel_arguments, buffers, batch, values)

@@ -10,7 +10,9 @@ There are three kinds, and the compiler treats each differently:
   (:meth:`JitOperation.kernel`) with the fixed signature ``kernel(src, dst, i, sample, key, args)``:
   read sample ``sample`` from ``src`` (batch position ``i``), write batch position ``i`` of ``dst``; ``key``
   seeds its random draws (see :mod:`beton.random`); ``args`` is the tuple from
-  :meth:`JitOperation.kernel_arguments`. Consecutive jit operations are fused into one compiled loop.
+  :meth:`JitOperation.kernel_arguments`. Consecutive jit operations are fused into one compiled loop. A jit
+  operation that needs its whole batch at once (``kernel_takes_rows``) is called once between two such loops
+  of the same compiled stage.
 * :class:`SampleOperation` - per sample, in Python, run by worker threads (for C calls that release the GIL,
   such as JPEG decoding): :meth:`SampleOperation.apply` writes batch position ``i`` of ``dst``.
 * :class:`BatchOperation` - once per batch, on the whole batch (torch operations): ``apply(batch) -> batch``.
@@ -204,6 +206,15 @@ class Operation(abc.ABC):
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""
         return False
 
+    def for_source(self, source: SourceState) -> Operation:
+        """This operation as placed in a pipeline that reads ``source`` (the compiler asks before anything else).
+
+        Itself, for beton's operations: they learn what they need from the States they are given. Operations
+        written to FFCV's contract are told their pipeline's field and metadata (FFCV's ``accept_field`` and
+        ``accept_globals``), on a copy: see :mod:`beton.pipeline.ffcv_contract`.
+        """
+        return self
+
     def stage_kind(self, previous: State | SourceState) -> str | None:
         """Override to run as another kind for some inputs ("jit", "sample" or "batch"); None: by class."""
         return None
@@ -217,6 +228,13 @@ class Operation(abc.ABC):
 
 class JitOperation(Operation):
     """A per-sample operation compiled with numba and fused with its jit neighbours."""
+
+    #: False: the kernel is ``kernel(src, dst, i, sample, key, args)``, called for each batch position inside the
+    #: stage's fused loop. True: it is ``kernel(src, dst, start, end, samples, key, args)``, called once for the
+    #: batch positions ``[start, end)`` (``samples`` is the whole batch's): for operations that need their batch
+    #: at once, as those written to FFCV's contract. The fused stage ends its loop before such a kernel and
+    #: starts another after it, so it still runs in the same compiled call.
+    kernel_takes_rows: ClassVar[bool] = False
 
     @abc.abstractmethod
     def kernel(self) -> Any:

@@ -111,6 +111,15 @@ class EncodedChunk:
     num_items: int = -1  # -1: as many as rows
     skipped: list[SampleProblem] = dataclasses.field(default_factory=list)
     warned: list[SampleProblem] = dataclasses.field(default_factory=list)
+    #: where each row was encoded (its ChunkItem.position), when a sample of the chunk was skipped; else None
+    #: (row r was encoded at first_position + r)
+    positions: np.ndarray | None = None
+
+    def encoded_positions(self) -> np.ndarray:
+        """The position each row was encoded at (``EncodeContext.sample``), before any skipped sample moved it."""
+        if self.positions is not None:
+            return self.positions
+        return self.first_position + np.arange(len(self.rows), dtype=np.int64)
 
     def __post_init__(self) -> None:
         if self.num_items < 0:
@@ -150,7 +159,9 @@ def encode_chunk(spec: EncodeSpec, dataset: Any, items: Sequence[ChunkItem]) -> 
         rows.append(metadata)
         payloads.append(sample_payloads)
         kept.append(item)
-    return EncodedChunk(items[0].position, _rows_array(spec, rows, kept), payloads, len(items), skipped, warned)
+    positions = np.array([item.position for item in kept], np.int64) if skipped else None
+    return EncodedChunk(items[0].position, _rows_array(spec, rows, kept), payloads, len(items), skipped, warned,
+                        positions)
 
 
 def _rows_array(spec: EncodeSpec, rows: list[tuple], items: Sequence[ChunkItem]) -> np.ndarray:

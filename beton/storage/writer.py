@@ -33,6 +33,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from beton.storage import format as fmt
@@ -43,7 +44,7 @@ from beton.storage.file_builder import FileBuilder, field_table_bytes, sigterm_c
 from beton.storage.metadata import encode_metadata
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
-from beton.fields.ffcv_contract import FFCVField, as_beton_field
+from beton.fields.ffcv_contract import FFCVField, as_beton_field, move_pointers
 from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
@@ -106,12 +107,9 @@ class DatasetWriter:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self._metadata = encode_metadata(metadata)  # serialised now: later changes to the caller's dict do not count
         fields = {name: as_beton_field(field) for name, field in fields.items()}  # FFCV-style fields, adapted
-        ffcv_style = [name for name, field in fields.items() if isinstance(field, FFCVField)]
-        if on_error == "skip" and ffcv_style:
-            # Their records hold a handle numbered by the sample's place in the file, known when it is encoded;
-            # skipping a sample would move every later one and leave handles the reader refuses.
-            raise WriterError(f"on_error='skip' cannot write FFCV-style fields ({', '.join(ffcv_style)}): a "
-                              "skipped sample would leave the later samples' pointers wrong; use on_error='fail'")
+        # Their records hold a handle numbered by the sample's place in the file when it was encoded; a sample
+        # skipped before it moves it, and _write renumbers the handle (see _renumber_pointers).
+        self._ffcv_style = tuple(name for name, field in fields.items() if isinstance(field, FFCVField))
         if not fmt.is_valid_page_size(page_size):
             raise FieldError(
                 f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
@@ -207,6 +205,7 @@ class DatasetWriter:
             bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
             try:
                 for chunk in encoded:
+                    _renumber_pointers(chunk, builder.num_samples, self._ffcv_style)
                     builder.add(chunk)
                     skipped += chunk.skipped
                     warned += chunk.warned
@@ -251,6 +250,21 @@ class DatasetWriter:
                 yield _result(*pending.popleft(), self.path)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _renumber_pointers(chunk: EncodedChunk, written: int, names: Sequence[str]) -> None:
+    """Give the records of FFCV-style fields (``names``) the pointers of the places their samples take in the
+    file: ``written`` samples precede the chunk, so row r takes place ``written + r``; it was encoded at
+    ``chunk.encoded_positions()[r]``, later when samples before it were skipped. Without skips, nothing changes."""
+    if not names:
+        return
+    offsets = written + np.arange(len(chunk.rows), dtype=np.int64) - chunk.encoded_positions()
+    for offset in np.unique(offsets[offsets != 0]):
+        rows = np.flatnonzero(offsets == offset)
+        for name in names:
+            records = chunk.rows[name][rows]  # a copy (rows picked by index), renumbered, then put back
+            move_pointers(records, int(offset))
+            chunk.rows[name][rows] = records
 
 
 def _all_skipped(path: str, skipped: list[SampleProblem]) -> WriterError:

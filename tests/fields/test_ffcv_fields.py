@@ -301,8 +301,36 @@ def test_any_clips_come_back_from_the_reader(tmp_path_factory, clips, page_size)
             assert record["frames"] == len(values) and np.frombuffer(payload, "<i2").tolist() == values
 
 
-def test_skipping_bad_samples_is_refused_for_ffcv_style_fields(tmp_path):
-    """Their records hold handles numbered by place in the file: a skipped sample would misnumber the rest."""
-    with pytest.raises(beton.WriterError, match="on_error='skip' cannot write FFCV-style fields"):
-        beton.DatasetWriter(str(tmp_path / "v.beton"), {"v": VectorField(4)}, on_error="skip")
-    assert not (tmp_path / "v.beton").exists()
+class SometimesFailing:
+    """Samples of audio, vector and number; reading every sample i with i % 7 == 3 raises."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> tuple:
+        if i % 7 == 3:
+            raise OSError(f"sample {i} is unreadable")
+        return clip(i), vector(i), 3 * i - 20, i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skipping_bad_samples_renumbers_the_later_pointers(tmp_path, num_workers):
+    """Pointers are handles of places in the file: a skipped sample moves the later ones, which are renumbered,
+    so the file is the one written from the kept samples alone, byte for byte."""
+    fields = {"audio": AudioField(22050), "vector": VectorField(4), "number": OffsetIntField(-5), "label": IntField()}
+    skipping = tmp_path / "skipping.beton"
+    report = beton.DatasetWriter(skipping, fields, on_error="skip", num_workers=num_workers, page_size=256,
+                                 progress=False).from_indexed_dataset(SometimesFailing(), chunksize=4)
+    kept = [i for i in range(40) if i % 7 != 3]
+    assert [problem.index for problem in report.skipped] == [i for i in range(40) if i % 7 == 3]
+    direct = write(tmp_path / "direct.beton", fields, [SometimesFailing()[i] for i in kept], page_size=256,
+                   chunksize=4)
+    assert skipping.read_bytes() == direct.read_bytes()
+    with Loader(skipping, batch_size=8, num_workers=1, custom_fields=CUSTOM) as loader:  # pointers checked on open
+        check_kept = [(list(labels), audio, vectors) for audio, vectors, _, labels in loader]
+    labels = [int(label) for batch, _, _ in check_kept for label in batch]
+    assert labels == kept
+    for batch, audio, vectors in check_kept:
+        for label, row, v in zip(batch, audio, vectors):
+            np.testing.assert_array_equal(row[: len(clip(int(label)))], clip(int(label)))
+            np.testing.assert_array_equal(v, vector(int(label)))

@@ -15,7 +15,7 @@ import torch
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.loader import CompileOptions
-from beton.pipeline.operation import JitOperation
+from beton.pipeline.operation import BatchOperation, JitOperation
 from beton.transforms import Convert, ToTensor
 from beton.transforms.flip import RandomHorizontalFlip, RandomVerticalFlip
 from beton.transforms.normalize import NormalizeImage
@@ -106,3 +106,31 @@ def test_random_augmentations_are_identical_for_any_number_of_workers(image_file
         for epoch_a, epoch_b in zip(reference, batches(num_workers)):
             for (a, labels_a), (b, labels_b) in zip(epoch_a, epoch_b):
                 assert a.tobytes() == b.tobytes() and np.array_equal(labels_a, labels_b)
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyInPython(BatchOperation):
+    """A Python-level step whose numpy result is no slot buffer."""
+
+    def output_state(self, previous):
+        return previous
+
+    def apply(self, batch, context):
+        return np.array(batch)
+
+
+def test_an_in_place_compiled_step_after_a_python_step_works_on_that_steps_result(image_file):
+    """An in-place kernel (the flip) reads and writes its own buffer: the Python step's result is copied there
+    first (before, the unflipped images came out as whatever the buffer held)."""
+    pipelines = {"image": [NDArrayDecoder(), CopyInPython(), RandomHorizontalFlip()], "label": [IntDecoder()]}
+    with Loader(image_file, batch_size=16, num_workers=2, pipelines=pipelines) as loader:
+        assert [s.copies_input for stage in loader.plan.stages for s in stage.steps] == [False, False, False, True]
+        kept = [list(loader) for _ in range(2)]
+    mirrored = 0
+    for epoch in kept:
+        for images, labels in epoch:
+            for image, label in zip(images, labels):
+                expected = small_image(label)
+                assert np.array_equal(image, expected) or np.array_equal(image, expected[:, ::-1])
+                mirrored += not np.array_equal(image, expected)
+    assert 0 < mirrored < 2 * 203
