@@ -153,3 +153,25 @@ def test_a_decoder_that_reads_other_rows_than_it_declared_raises_instead_of_retu
         with pytest.raises(DecodeError, match="other rows of this payload than the decoder's window"):
             for _ in loader:
                 pass
+
+
+def test_over_a_url_only_the_windows_pages_are_fetched_and_batches_match_the_local_file(long_tailed_file):
+    pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
+    from range_server import RangeServer
+
+    from beton.storage.remote import RemoteOptions
+
+    pipelines = {"tokens": [RaggedDecoder(64, window="random"), PadToLongest()]}
+
+    def batches(path, memory):
+        with Loader(path, batch_size=32, num_workers=2, seed=3, pipelines=pipelines, memory=memory) as loader:
+            return [(padded.values.copy(), padded.lengths.copy()) for (padded,) in loader]
+
+    expected = batches(long_tailed_file, OSCache())
+    with RangeServer(long_tailed_file.parent) as server:
+        got = batches(server.url(long_tailed_file.name), ProcessCache(remote=RemoteOptions(prefetch_bytes=4 * PAGE)))
+        sent = server.bytes_sent
+    assert len(got) == len(expected) == 7
+    for (values, lengths), (values2, lengths2) in zip(expected, got):
+        assert values.tobytes() == values2.tobytes() and np.array_equal(lengths, lengths2)
+    assert sent < 2**20, f"{sent} bytes fetched: more than the windows' pages"  # the long sample alone is 40 MB
