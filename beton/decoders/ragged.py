@@ -72,18 +72,27 @@ def window_starts(key, lengths, capacity, window):
 
 
 @numba.njit(nogil=True, cache=True)
+def _held_window_offset(offset, size, skipped, whole, first, used):
+    """Where a payload of ``whole`` bytes would start in memory that holds ``size`` bytes of it from byte
+    ``skipped`` on, at ``offset``; DecodeError unless what is held is exactly bytes [first, first + used)."""
+    if skipped == 0 and size == whole:
+        return offset
+    if skipped != first or size != used:
+        raise DecodeError("the memory layer holds other rows of this payload than the decoder's window")
+    return offset - skipped
+
+
+@numba.njit(nogil=True, cache=True)
 def _ragged_kernel(src, dst, i, sample, key, args):
     row_bytes, capacity, pad, pad_is_zero, window = args
     length = np.int64(src[0][sample]["length"])
     take = min(length, capacity)
     start = window_start(key, sample, length, take, window)
-    offset, size, skipped = np.int64(src[2][i]), np.int64(src[3][i]), np.int64(src[4][i])
-    if skipped != 0 or size != length * row_bytes:
-        # The memory layer holds only part of the payload (the process cache stages the window this decoder
-        # declared in payload_pieces): it must be exactly the window's rows, or nothing is read.
-        if skipped != start * row_bytes or size != take * row_bytes:
-            raise DecodeError("the memory layer holds other rows of this payload than the decoder's window")
-        offset, size = offset - skipped, length * row_bytes  # where the whole payload would start
+    offset, size = np.int64(src[2][i]), np.int64(src[3][i])
+    if src[4].size:  # the memory layer holds parts of payloads: the window's rows (declared in payload_pieces)
+        whole = length * row_bytes
+        offset = _held_window_offset(offset, size, np.int64(src[4][i]), whole, start * row_bytes, take * row_bytes)
+        size = whole
     fill_padded(dst[0][i], src[1], offset, size, length, start, take, row_bytes, pad, pad_is_zero)
     dst[1][i] = take
 

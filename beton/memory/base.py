@@ -123,6 +123,7 @@ class MemoryLayer(abc.ABC):
         self._offsets, self._sizes = allocation_columns(reader)
         self.counters = MemoryCounters()
         self._pieces: dict[int, Pieces] = {}
+        self._piece_bytes: dict[int, np.ndarray] = {}
         self._empty = np.zeros(0, np.uint8)
         self._empty.flags.writeable = False  # the numba type of every layer's memory: read-only bytes
         self._no_offsets = np.zeros(0, np.int64)
@@ -133,6 +134,7 @@ class MemoryLayer(abc.ABC):
         self.file.check_path()
         self.counters = MemoryCounters()
         self._pieces = dict(reads.pieces)
+        self._piece_bytes = {column: pieces.read_bytes() for column, pieces in self._pieces.items()}  # per sample
 
     def empty_source(self, stored: StoredField) -> Source:
         """A Source with no payloads (fields without payloads; compiling stages on an empty batch)."""

@@ -100,11 +100,11 @@ class Source:
     payload bytes, and ``offsets[i]``/``sizes[i]`` locate batch position i's payload in it. Fields without a
     payload get empty arrays. Passed to kernels as the tuple ``(metadata, memory, offsets, sizes, skipped)``.
 
-    ``skipped[i]``: how many bytes at the front of batch position i's payload ``memory`` does not hold. A memory
-    layer may hold only the part of a payload that the decoder said it reads (:meth:`Operation.payload_pieces`:
-    the window of rows a :class:`~beton.decoders.RaggedDecoder` keeps), so ``memory[offsets[i] + k]`` is then
-    byte ``skipped[i] + k`` of the payload, for ``k < sizes[i]``; zeros (the default, None) when memory holds
-    whole payloads. A decoder that reads parts checks them against what it needs, never past ``sizes[i]``.
+    ``skipped``: empty (the default, None) when memory holds whole payloads. A memory layer may instead hold only
+    the part of each payload that the decoder said it reads (:meth:`Operation.payload_pieces`: the window of
+    rows a :class:`~beton.decoders.RaggedDecoder` keeps); ``skipped[i]`` is then how many bytes at the front
+    of batch position i's payload it does not hold: ``memory[offsets[i] + k]`` is byte ``skipped[i] + k`` of
+    the payload, for ``k < sizes[i]``. A decoder that declares parts checks them against what it needs.
     """
 
     metadata: np.ndarray
@@ -117,7 +117,7 @@ class Source:
     skipped: np.ndarray | None = None
 
     def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        skipped = self.skipped if self.skipped is not None else np.zeros(len(self.offsets), np.int64)
+        skipped = self.skipped if self.skipped is not None else np.zeros(0, np.int64)  # empty: whole payloads
         return self.metadata, self.memory, self.offsets, self.sizes, skipped
 
 
