@@ -7,7 +7,7 @@ import pytest
 
 from beton import Loader, OrderOption
 from beton.decoders import RaggedDecoder
-from beton.errors import PipelineError
+from beton.errors import LoaderError, PipelineError
 from beton.fields import BytesField, IntField, RaggedArrayField
 from beton.order import BucketedOrder, OrderContext, RandomOrder, shard
 from beton.order.base import repeat_first
@@ -157,3 +157,9 @@ def test_which_field_to_bucket_by(tmp_path):
             assert len({int(i) % 5 for i in index}) <= 2  # byte strings of one or two lengths per batch
     with pytest.raises(ValueError):
         BucketedOrder(pool_batches=0)
+
+
+def test_a_custom_orders_padding_of_the_wrong_length_is_refused():
+    with pytest.raises(LoaderError, match=r"gave 6 samples; 2 ranks of 4 need 8"):
+        shard(np.arange(7), 0, 2, False, pad=lambda order, total: order[:6])
+    assert shard(np.arange(7), 1, 2, False).tolist() == [4, 5, 6, 0]  # the default: torch's repeat-first

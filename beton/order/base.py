@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from beton.errors import LoaderError
+
 __all__ = ["Order", "OrderContext", "shard", "shard_sizes", "repeat_first"]
 
 
@@ -80,5 +82,6 @@ def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool,
     if len(order) and per_rank * world_size > len(order):
         order = pad(order, per_rank * world_size)
         if len(order) != per_rank * world_size:
-            raise ValueError(f"padding gave {len(order)} samples, shard needs {per_rank * world_size}")
+            raise LoaderError(f"the order's padding (Order.pad) gave {len(order)} samples; {world_size} ranks of "
+                              f"{per_rank} need {per_rank * world_size}")
     return order[rank * per_rank : (rank + 1) * per_rank]
