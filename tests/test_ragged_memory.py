@@ -7,9 +7,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, RaggedDecoder
+from beton.decoders.ragged import WINDOWS
 from beton.errors import DecodeError
 from beton.fields import IntField, RaggedArrayField
 from beton.memory import OSCache, ProcessCache
@@ -17,6 +20,7 @@ from beton.pieces import Pieces
 from beton.transforms import Pack, PackRows, PadToLongest, ToTensor
 
 from conftest import write
+from strategies import ragged_fields
 
 HUGE = 10**7  # elements of the one long sample: 40 MB of int32
 HUGE_SAMPLE = 77
@@ -138,6 +142,25 @@ def test_the_process_cache_gives_the_memory_maps_batches_bit_for_bit(varied_file
                         start = 0 if window == "start" else (len(whole) - 40) // 2
                         np.testing.assert_array_equal(row, whole[start : start + 40])
                 assert (row[length:] == -1).all()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=ragged_fields(max_length=40), count=st.integers(1, 30), max_length=st.integers(1, 12),
+       window=st.sampled_from(sorted(WINDOWS)), seed=st.integers(0, 2**31), page_size=st.sampled_from([256, 512]),
+       num_workers=st.integers(0, 3), data=st.data())
+def test_any_dtype_row_shape_and_window_read_through_the_process_cache_is_the_memory_maps(
+        tmp_path_factory, field, count, max_length, window, seed, page_size, num_workers, data):
+    field, values = field
+    path = write(tmp_path_factory.mktemp("any") / "any.beton", {"rows": field},
+                 [(data.draw(values),) for _ in range(count)], page_size=page_size)
+    pipelines = {"rows": [RaggedDecoder(max_length, window=window)]}
+
+    def batches(memory, workers):
+        with Loader(path, batch_size=4, num_workers=workers, order=OrderOption.RANDOM, seed=seed,
+                    pipelines=pipelines, memory=memory) as loader:
+            return [(padded.values.tobytes(), padded.lengths.tolist()) for _ in range(2) for (padded,) in loader]
+
+    assert batches(ProcessCache(), num_workers) == batches(OSCache(), 1)
 
 
 def test_a_decoder_that_reads_other_rows_than_it_declared_raises_instead_of_returning_them(varied_file, monkeypatch):
