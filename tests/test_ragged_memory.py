@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, RaggedDecoder
 from beton.decoders.ragged import WINDOWS
-from beton.errors import DecodeError
+from beton.errors import DecodeError, PipelineError
 from beton.fields import IntField, RaggedArrayField
 from beton.memory import OSCache, ProcessCache
 from beton.pieces import Pieces
@@ -198,3 +198,19 @@ def test_over_a_url_only_the_windows_pages_are_fetched_and_batches_match_the_loc
     for (values, lengths), (values2, lengths2) in zip(expected, got):
         assert values.tobytes() == values2.tobytes() and np.array_equal(lengths, lengths2)
     assert sent < 2**20, f"{sent} bytes fetched: more than the windows' pages"  # the long sample alone is 40 MB
+
+
+@pytest.mark.parametrize("memory", [OSCache(), ProcessCache()], ids=["os-cache", "process-cache"])
+def test_a_decoder_that_declares_rows_outside_its_payloads_is_refused(varied_file, monkeypatch, memory):
+    declared = RaggedDecoder.payload_pieces
+
+    def beyond(self, previous, key):  # one row past the end of each payload
+        pieces = declared(self, previous, key)
+        return Pieces(pieces.starts + 6 * previous.metadata["length"][:, None], pieces.lengths)
+
+    monkeypatch.setattr(RaggedDecoder, "payload_pieces", beyond)
+    with Loader(varied_file, batch_size=16, num_workers=1, memory=memory,
+                pipelines={"rows": [RaggedDecoder(40)], "index": None}) as loader:
+        with pytest.raises(PipelineError, match=r"lie outside sample \d+'s payload"):
+            iter(loader)
+

@@ -72,14 +72,14 @@ def window_starts(key, lengths, capacity, window):
 
 
 @numba.njit(nogil=True, cache=True)
-def _held_window_offset(offset, size, skipped, whole, first, used):
-    """Where a payload of ``whole`` bytes would start in memory that holds ``size`` bytes of it from byte
-    ``skipped`` on, at ``offset``; DecodeError unless what is held is exactly bytes [first, first + used)."""
-    if skipped == 0 and size == whole:
-        return offset
-    if skipped != first or size != used:
+def _window_held_at(offset, size, skipped, i, first, used):
+    """Where a payload would start in memory that holds ``size`` bytes of it, at ``offset``, from byte
+    ``skipped[i]`` on (a Source of parts); DecodeError unless that is exactly the window [first, first + used)."""
+    if skipped.size == 0:
+        raise DecodeError("payload size does not match the stored length")
+    if skipped[i] != first or size != used:
         raise DecodeError("the memory layer holds other rows of this payload than the decoder's window")
-    return offset - skipped
+    return offset - skipped[i]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -88,12 +88,10 @@ def _ragged_kernel(src, dst, i, sample, key, args):
     length = np.int64(src[0][sample]["length"])
     take = min(length, capacity)
     start = window_start(key, sample, length, take, window)
-    offset, size = np.int64(src[2][i]), np.int64(src[3][i])
-    if src[4].size:  # the memory layer holds parts of payloads: the window's rows (declared in payload_pieces)
-        whole = length * row_bytes
-        offset = _held_window_offset(offset, size, np.int64(src[4][i]), whole, start * row_bytes, take * row_bytes)
-        size = whole
-    fill_padded(dst[0][i], src[1], offset, size, length, start, take, row_bytes, pad, pad_is_zero)
+    offset, size, whole = np.int64(src[2][i]), np.int64(src[3][i]), length * row_bytes
+    if size != whole:  # the memory layer holds part of the payload: the window declared in payload_pieces
+        offset = _window_held_at(offset, size, src[4], i, start * row_bytes, take * row_bytes)
+    fill_padded(dst[0][i], src[1], offset, whole, length, start, take, row_bytes, pad, pad_is_zero)
     dst[1][i] = take
 
 
