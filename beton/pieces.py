@@ -41,6 +41,13 @@ class Pieces:
         """Bytes a decoder gets per sample: the pieces end to end, then the trailer."""
         return self.read_bytes() + len(self.trailer)
 
+    def skipped(self) -> np.ndarray | None:
+        """Bytes of each allocation before what a decoder gets, when that is one contiguous part (one piece per
+        sample, no trailer: a ragged window), for ``Source.skipped``; None (nothing skipped) otherwise."""
+        if self.starts.ndim != 2 or self.starts.shape[1] != 1 or self.trailer:
+            return None
+        return np.ascontiguousarray(self.starts[:, 0], np.int64)
+
     def gather(self, row: int, copy: Callable[[int, int, np.ndarray], None], out: np.ndarray) -> np.ndarray:
         """Lay sample ``row``'s pieces end to end in ``out`` (``sizes()[row]`` bytes), then the trailer;
         ``copy(start, length, destination)`` fetches one piece of the allocation."""

@@ -24,6 +24,8 @@ def fingerprint(batch: Any) -> tuple:
             return (tuple(value.shape), str(value.dtype), value.cpu().numpy().tobytes())
         if isinstance(value, np.ndarray):
             return (value.shape, str(value.dtype), value.tobytes())
+        if isinstance(value, tuple):  # Padded / Packed batches of ragged fields: each part's bytes
+            return (type(value).__name__, *(one(part) for part in value))
         return repr(value)
 
     return tuple(one(value) for value in batch)

@@ -4,7 +4,9 @@
 ``max_length`` rows, chosen by ``window`` (its first rows, its middle, or a random window drawn from the keyed
 generator of :mod:`beton.random`, so the same for any number of workers), padded with ``pad_value``. The batch
 is a :class:`~beton.pipeline.ragged.Padded` (values and lengths): the slot buffers hold ``max_length`` rows per
-sample whatever the longest sample in the file, and only the window's bytes are read from the payload.
+sample whatever the longest sample in the file, and only the window's bytes are read from the payload. The
+decoder declares those bytes (:meth:`RaggedDecoder.payload_pieces`, the same window draws as its kernel's),
+so the process cache reads and stages only the pages and rows of each window, not whole long samples.
 
 The kernels copy bytes (:func:`beton.pipeline.memcopy.copy_bytes`), so every dtype a field stores works, also
 those numba cannot compute with (float16, big-endian).
@@ -20,11 +22,12 @@ import numpy as np
 
 from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
+from beton.pieces import Pieces
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import JitOperation, State
 from beton.random import integer
 
-__all__ = ["RaggedDecoder", "WINDOWS", "pad_row", "window_start", "fill_padded"]
+__all__ = ["RaggedDecoder", "WINDOWS", "pad_row", "window_start", "window_starts", "fill_padded"]
 
 #: Where a sample longer than ``max_length`` is cut: its first rows, its middle rows, or a random window.
 WINDOWS: dict[str, int] = {"start": 0, "center": 1, "random": 2}
@@ -59,13 +62,36 @@ def fill_padded(values, memory, offset, size, length, start, take, row_bytes, pa
 
 
 @numba.njit(nogil=True, cache=True)
+def window_starts(key, lengths, capacity, window):
+    """``window_start`` of every sample of a file (sample i of ``lengths[i]`` rows), as the kernel draws it."""
+    starts = np.empty(lengths.size, np.int64)
+    for sample in range(lengths.size):
+        length = np.int64(lengths[sample])
+        starts[sample] = window_start(key, np.int64(sample), length, min(length, capacity), window)
+    return starts
+
+
+@numba.njit(nogil=True, cache=True)
+def _window_held_at(offset, size, skipped, i, first, used):
+    """Where a payload would start in memory that holds ``size`` bytes of it, at ``offset``, from byte
+    ``skipped[i]`` on (a Source of parts); DecodeError unless that is exactly the window [first, first + used)."""
+    if skipped.size == 0:
+        raise DecodeError("payload size does not match the stored length")
+    if skipped[i] != first or size != used:
+        raise DecodeError("the memory layer holds other rows of this payload than the decoder's window")
+    return offset - skipped[i]
+
+
+@numba.njit(nogil=True, cache=True)
 def _ragged_kernel(src, dst, i, sample, key, args):
     row_bytes, capacity, pad, pad_is_zero, window = args
     length = np.int64(src[0][sample]["length"])
     take = min(length, capacity)
     start = window_start(key, sample, length, take, window)
-    fill_padded(dst[0][i], src[1], np.int64(src[2][i]), np.int64(src[3][i]), length, start, take, row_bytes, pad,
-                pad_is_zero)
+    offset, size, whole = np.int64(src[2][i]), np.int64(src[3][i]), length * row_bytes
+    if size != whole:  # the memory layer holds part of the payload: the window declared in payload_pieces
+        offset = _window_held_at(offset, size, src[4], i, start * row_bytes, take * row_bytes)
+    fill_padded(dst[0][i], src[1], offset, whole, length, start, take, row_bytes, pad, pad_is_zero)
     dst[1][i] = take
 
 
@@ -125,6 +151,19 @@ class RaggedDecoder(JitOperation):
 
     def kernel(self) -> Any:
         return _ragged_kernel
+
+    def payload_pieces(self, previous: Any, key: np.uint64) -> Pieces | None:
+        """The rows each sample keeps (its window, the same draw as the kernel's), as one piece per sample;
+        None when no sample is longer than ``max_length`` (whole payloads are then the same bytes)."""
+        field, metadata = previous.field, previous.metadata
+        if metadata is None or not len(metadata):
+            return None
+        lengths = np.ascontiguousarray(metadata["length"], np.int64)
+        if not (lengths > self.max_length).any():
+            return None
+        starts = window_starts(np.uint64(key), lengths, np.int64(self.max_length), np.int64(WINDOWS[self.window]))
+        row_bytes = field.row_bytes
+        return Pieces((starts * row_bytes)[:, None], (np.minimum(lengths, self.max_length) * row_bytes)[:, None])
 
     def kernel_arguments(self, previous: Any) -> tuple:
         field = previous.field

@@ -139,26 +139,38 @@ class EpochEngine:
                 for stage in self.plan.stages for s in stage.steps}
         gate = SlotGate(len(self.slots), first)
         # may raise: the file changed since it was opened
-        self.memory.start_epoch(EpochReads(batches, first, self._payloads, self._read_pieces(self.fidelity), gate))
+        self.memory.start_epoch(EpochReads(batches, first, self._payloads, self._read_pieces(self.fidelity, keys),
+                                           gate))
         try:
             return EpochIterator(self, _Epoch(epoch, batches, seed, keys), first, gate)
         except BaseException:
             gate.close()
             raise
 
-    def _read_pieces(self, fidelity: int | None) -> dict[int, Pieces]:
-        """Per payload column whose decoders read only parts of each allocation (the first scans of scan-grouped
-        JPEGs at this epoch's fidelity), the parts they read; several decoders of one column read the most."""
+    def _read_pieces(self, fidelity: int | None, keys: Mapping[tuple[int, int], np.uint64]) -> dict[int, Pieces]:
+        """Per payload column whose decoders read only parts of each allocation, the parts they read this epoch:
+        the parts a decoder declares itself (``Operation.payload_pieces``: a ragged window, drawn with the key its
+        kernel gets), else the field's (the first scans of scan-grouped JPEGs at this epoch's fidelity; several
+        decoders of one column read the most). A column whose decoders do not all declare the same parts is read
+        whole."""
         settings: dict[int, int | None] = {}
+        declared: dict[int, list[Pieces | None]] = {}
         for stage in self.plan.stages:
             for step in stage.steps:
                 column = self.fields[step.output].payload
                 if step.position != 0 or column < 0:
                     continue
+                declared.setdefault(column, []).append(
+                    step.operation.payload_pieces(step.input_state, keys[step.output, step.position]))
                 wanted = scans_to_read(fidelity, getattr(step.operation, "fidelity", None))
                 known = settings.get(column, 0)
                 settings[column] = None if wanted is None or known is None else max(wanted, known)
         pieces = {}
+        for column, found in declared.items():
+            if any(part is not None for part in found):
+                if all(part is not None and _same_pieces(part, found[0]) for part in found):
+                    pieces[column] = found[0]
+                settings.pop(column)  # declared by some decoders only, or differently: whole allocations
         for stored in self.fields:
             if stored.payload in settings and stored.payload not in pieces:
                 found = stored.field.read_pieces(stored.metadata, settings[stored.payload])
@@ -311,6 +323,11 @@ class EpochIterator:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def _same_pieces(a: Pieces, b: Pieces) -> bool:
+    return a is b or (a.trailer == b.trailer and np.array_equal(a.starts, b.starts)
+                      and np.array_equal(a.lengths, b.lengths))
 
 
 def _buffer_bytes(spec: Any, batch_size: int) -> int:

@@ -221,7 +221,8 @@ class Loader:
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of an epoch, as arrays of sample indices (a pure function of seed and epoch)."""
         permutation = self.order.permutation(self.indices, self.seed, epoch, self._order_context)
-        mine = shard(np.asarray(permutation, dtype=np.int64), self.rank, self.world_size, self.drop_last)
+        mine = shard(np.asarray(permutation, dtype=np.int64), self.rank, self.world_size, self.drop_last,
+                     pad=lambda order, total: self.order.pad(order, total, self._order_context))
         count = len(mine) // self.batch_size if self.drop_last else -(-len(mine) // self.batch_size)
         return [mine[b * self.batch_size : (b + 1) * self.batch_size] for b in range(count)]
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from beton.errors import PipelineError
 from beton.fields.base import Field
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
@@ -123,6 +124,7 @@ class MemoryLayer(abc.ABC):
         self._offsets, self._sizes = allocation_columns(reader)
         self.counters = MemoryCounters()
         self._pieces: dict[int, Pieces] = {}
+        self._piece_bytes: dict[int, np.ndarray] = {}
         self._empty = np.zeros(0, np.uint8)
         self._empty.flags.writeable = False  # the numba type of every layer's memory: read-only bytes
         self._no_offsets = np.zeros(0, np.int64)
@@ -133,6 +135,9 @@ class MemoryLayer(abc.ABC):
         self.file.check_path()
         self.counters = MemoryCounters()
         self._pieces = dict(reads.pieces)
+        for column, pieces in self._pieces.items():
+            _check_within_payloads(pieces, self._sizes[column], column)
+        self._piece_bytes = {column: pieces.read_bytes() for column, pieces in self._pieces.items()}  # per sample
 
     def empty_source(self, stored: StoredField) -> Source:
         """A Source with no payloads (fields without payloads; compiling stages on an empty batch)."""
@@ -150,6 +155,21 @@ class MemoryLayer(abc.ABC):
     def close(self) -> None:
         """Release the file (arrays already handed out stay valid)."""
         self.file.close()
+
+
+def _check_within_payloads(pieces: Pieces, sizes: np.ndarray, column: int) -> None:
+    """PipelineError unless every piece lies within its sample's payload: a layer reads and stages them, and a
+    decoder handed a part the size of its whole payload then holds exactly that payload."""
+    lengths, starts = pieces.lengths, pieces.starts
+    if lengths.shape != starts.shape or len(lengths) != len(sizes):
+        raise PipelineError(f"the pieces decoders read of payload column {column} cover {len(lengths)} samples, "
+                            f"the file has {len(sizes)}")
+    bad = (lengths < 0) | ((lengths > 0) & ((starts < 0) | (starts + lengths > sizes[:, None])))
+    if bad.any():
+        sample = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise PipelineError(f"the pieces decoders read of payload column {column} lie outside sample {sample}'s "
+                            f"payload of {int(sizes[sample])} bytes: starts {starts[sample].tolist()}, lengths "
+                            f"{lengths[sample].tolist()}")
 
 
 class MemoryStrategy(abc.ABC):

@@ -76,6 +76,6 @@ class OSCacheLayer(MemoryLayer):
         self.file.check()  # the batch's decoders read the map next: the file must not have shrunk
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
-        pieces = self._pieces.get(column)
-        self.counters.add(0, int(sizes.sum() if pieces is None else pieces.take(samples).read_bytes().sum()))
+        read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
+        self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)

@@ -12,10 +12,11 @@ Three parts, each in its own module, joined here by :class:`ProcessCacheLayer`:
   batch's payloads from the pinned pages into its slot's staging buffers, which the decoders read. When the
   batch's stages are over its pages are unpinned.
 
-Partial reads (:class:`~beton.pieces.Pieces`, e.g. the first scans of scan-grouped progressive JPEGs at a low
-fidelity, fixed for the epoch when it starts): the cache reads only the prefix of each page that holds the
-pieces, and gathers each sample's pieces into one payload (``Source.gathered``). So a low fidelity reads fewer
-bytes from storage, as in PCR.
+Partial reads (:class:`~beton.pieces.Pieces`, fixed for the epoch when it starts: the first scans of
+scan-grouped progressive JPEGs at a low fidelity, or the window of rows a ragged decoder keeps): the cache
+reads only the pages that hold the pieces, and of each only the prefix that does, and gathers each sample's
+pieces into one payload (``Source.gathered``, ``Source.skipped``). So a low fidelity reads fewer bytes from
+storage, as in PCR, and a sample of 10^7 rows costs the pages and staging of its window, not its full size.
 
 A file changed under the cache: reads go through the page source (for a local file, ``preadv`` on the
 descriptor of a :class:`~beton.storage.page_source.LocalFile`, whose size and modification time are checked
@@ -25,7 +26,7 @@ rewritten or replaced file raises :class:`~beton.errors.FormatError` naming the 
 process; pages already read before the change are copies and stay valid.
 
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the slots' staging buffers (one batch of
-payloads per slot). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
+payloads per slot; of the parts decoders read, where they declare parts). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
 batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under
 QUASI_RANDOM each page is needed by one contiguous run of batches, so every page is read once per epoch; under
 RANDOM a page may be read several times.
@@ -118,21 +119,34 @@ class ProcessCacheLayer(MemoryLayer):
     def _pages_of(self, samples: np.ndarray, payloads: tuple[int, ...]) -> np.ndarray:
         if not payloads or not len(samples):
             return np.zeros(0, np.int64)
-        return self._heap.pages_of(np.concatenate([self._offsets[c].take(samples) for c in payloads]),
-                                   np.concatenate([self._sizes[c].take(samples) for c in payloads]))
+        parts = [self._parts(column, samples) for column in payloads]
+        return self._heap.pages_of(np.concatenate([offsets for offsets, _ in parts]),
+                                   np.concatenate([sizes for _, sizes in parts]))
+
+    def _parts(self, column: int, samples: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Absolute offsets and sizes of what the decoders read of ``column`` for ``samples`` (None: every
+        sample): their pieces where they read parts (a ragged window, early scans), else whole payloads."""
+        offsets = self._offsets[column] if samples is None else self._offsets[column].take(samples)
+        pieces = self._pieces.get(column)
+        if pieces is None:
+            return offsets, self._sizes[column] if samples is None else self._sizes[column].take(samples)
+        if samples is not None:
+            pieces = pieces.take(samples)
+        return (offsets[:, None] + pieces.starts).reshape(-1), pieces.lengths.reshape(-1)
 
     def _bytes_needed_per_page(self, payloads: tuple[int, ...]) -> np.ndarray:
-        """How many bytes of each page this epoch reads: a prefix, when decoders read only early pieces."""
+        """How many bytes of each page this epoch reads: a prefix, when decoders read only parts of payloads."""
         heap = self._heap
         need = np.zeros(heap.num_pages, np.int64)
         for column in sorted(payloads):
-            starts = self._offsets[column] - heap.offset
-            extents = self._pieces[column].extents() if column in self._pieces else self._sizes[column]
-            starts, ends = starts[extents > 0], starts[extents > 0] + extents[extents > 0]
+            offsets, sizes = self._parts(column)
+            starts, ends = offsets[sizes > 0] - heap.offset, offsets[sizes > 0] - heap.offset + sizes[sizes > 0]
             first, last = starts // heap.page_size, (ends - 1) // heap.page_size
             np.maximum.at(need, last, ends - last * heap.page_size)
-            for page, final in zip(first[first != last], last[first != last]):
-                need[page:final] = heap.page_size  # a payload spanning pages needs all but its last page whole
+            spanned = np.zeros(heap.num_pages + 1, np.int64)  # a part spanning pages needs all but its last whole
+            np.add.at(spanned, first, 1)
+            np.add.at(spanned, last, -1)
+            need[np.cumsum(spanned[:-1]) > 0] = heap.page_size
         return need
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:

@@ -2,7 +2,8 @@
 
 The decoders read one contiguous, read-only buffer per stored field and batch: the payloads laid end to end
 (or, for decoders that read parts of each allocation, each sample's pieces gathered end to end with their
-trailer, ``Source.gathered``). The buffer belongs to the batch's slot (``slot.staging``, grow-only, one per
+trailer, ``Source.gathered``; where that is one contiguous part, such as a ragged window, ``Source.skipped``
+says where in the payload it starts). The buffer belongs to the batch's slot (``slot.staging``, grow-only, one per
 payload column), so it stays untouched until the slot's next batch, after the stages that read it are over.
 """
 
@@ -42,7 +43,7 @@ def stage_pieces(pages: Mapping[int, np.ndarray], heap: Heap, staging: Scratch, 
             _copy(pages, heap, start + offset, length, out, description)
 
         pieces.gather(row, copy, buffer[position : position + size])
-    return _read_only_source(metadata, buffer, positions, sizes, gathered=True)
+    return _read_only_source(metadata, buffer, positions, sizes, gathered=True, skipped=pieces.skipped())
 
 
 def _stage(staging: Scratch, column: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -67,8 +68,8 @@ def _copy(pages: Mapping[int, np.ndarray], heap: Heap, start: int, size: int, ou
 
 
 def _read_only_source(metadata: np.ndarray, buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
-                      gathered: bool = False) -> Source:
+                      gathered: bool = False, skipped: np.ndarray | None = None) -> Source:
     """A Source over the filled part of a staging buffer, which decoders must not write into."""
     view = buffer[: int(sizes.sum())]
     view.flags.writeable = False
-    return Source(metadata, view, positions, sizes, gathered=gathered)
+    return Source(metadata, view, positions, sizes, gathered=gathered, skipped=skipped)

@@ -2,18 +2,21 @@
 
 An order is a pure function of (seed, epoch) over the selected sample indices: the same arguments always give
 the same permutation, so resuming needs only (seed, epoch, position) and every rank of a distributed job
-computes the same global permutation without communicating. :func:`shard` then gives each rank its part.
+computes the same global permutation without communicating. :func:`shard` then gives each rank its part,
+padded (:meth:`Order.pad`) or cut (``drop_last``) so that every rank gets as many samples, hence batches.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Order", "OrderContext", "shard"]
+from beton.errors import LoaderError
+
+__all__ = ["Order", "OrderContext", "shard", "shard_sizes", "repeat_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,21 +44,44 @@ class Order(abc.ABC):
     def permutation(self, indices: np.ndarray, seed: int, epoch: int, context: OrderContext) -> np.ndarray:
         """The global order of ``indices`` (int64) for this epoch, before sharding."""
 
+    def pad(self, order: np.ndarray, total: int, context: OrderContext) -> np.ndarray:
+        """The global order lengthened to ``total`` samples, so that :func:`shard` gives every rank as many (a
+        sample count the world size does not divide, without ``drop_last``); the samples added land at the end
+        of the last ranks' parts. By default the order's first samples again, as torch's DistributedSampler
+        pads; an order whose batches must stay alike (BUCKETED) repeats samples of the batch being padded."""
+        return repeat_first(order, total)
 
-def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+
+def repeat_first(order: np.ndarray, total: int) -> np.ndarray:
+    """``order`` followed by its first samples again (cyclically) up to ``total`` samples."""
+    if not len(order) or total <= len(order):
+        return order
+    return np.tile(order, -(-total // len(order)))[:total]
+
+
+def shard_sizes(count: int, world_size: int, drop_last: bool) -> tuple[int, list[int]]:
+    """How :func:`shard` cuts a global order of ``count`` samples: the samples per rank, and how many of each
+    rank's are real samples of the order (the rest is padding; with ``drop_last`` all are, and the last
+    ``count % world_size`` samples of the order are dropped)."""
+    per_rank = count // world_size if drop_last else -(-count // world_size)
+    return per_rank, [min(per_rank, max(0, count - rank * per_rank)) for rank in range(world_size)]
+
+
+def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool,
+          pad: Callable[[np.ndarray, int], np.ndarray] = repeat_first) -> np.ndarray:
     """Rank ``rank``'s contiguous part of the global order; every rank gets the same number of samples.
 
     With ``drop_last`` the last ``len(order) % world_size`` samples of the global order are dropped; otherwise
-    the order is padded by repeating its first samples, as torch's DistributedSampler does. Contiguous parts
-    (not every world_size-th sample) keep the page locality of QUASI_RANDOM within each rank.
+    the order is padded to a multiple of ``world_size`` by ``pad(order, total)`` (the Loader passes its order's
+    :meth:`Order.pad`; by default the first samples again, as torch's DistributedSampler does). Contiguous
+    parts (not every world_size-th sample) keep the page locality of QUASI_RANDOM within each rank.
     """
     if world_size == 1:
         return order
-    if drop_last:
-        per_rank = len(order) // world_size
-    else:
-        per_rank = -(-len(order) // world_size)
-        if len(order) and per_rank * world_size > len(order):
-            repeats = -(-per_rank * world_size // len(order))
-            order = np.tile(order, repeats)[: per_rank * world_size]
+    per_rank, _ = shard_sizes(len(order), world_size, drop_last)
+    if len(order) and per_rank * world_size > len(order):
+        order = pad(order, per_rank * world_size)
+        if len(order) != per_rank * world_size:
+            raise LoaderError(f"the order's padding (Order.pad) gave {len(order)} samples; {world_size} ranks of "
+                              f"{per_rank} need {per_rank * world_size}")
     return order[rank * per_rank : (rank + 1) * per_rank]

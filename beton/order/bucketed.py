@@ -9,7 +9,19 @@ Plan, for batch size B and world size W (a *step* is the W batches the ranks tra
    distributed job train on batches of similar length at each step, so none waits long for another.
 3. Lay the batches out rank by rank, as :func:`~beton.order.base.shard` cuts the order into contiguous parts
    (``OrderContext.world_size`` and ``drop_last`` say where): each rank's part starts with its whole steps'
-   batches, then its share of the samples that fill no whole step (sorted by length too).
+   batches, then its share of the samples that fill no whole step (sorted by length too, so each batch cut from
+   them holds neighbours in length).
+
+Uneven counts (a sample count that ``world_size x batch_size`` does not divide). Every rank gets the same
+number of samples and batches, by the rule every order follows (:func:`~beton.order.base.shard`): with
+``drop_last`` the last ``count % world_size`` samples of the order (the longest of the rest) are dropped and
+every rank's final partial batch too; without it the last ranks' parts are padded with fewer than
+``world_size`` repeated samples, and every sample comes at least once. There are only as many whole steps as
+the rank with the fewest real samples fills, and :meth:`BucketedOrder.pad` repeats samples *of the batch
+being padded* (a batch of padding only repeats its rank's batch before it) instead of the order's first
+samples, so padding never puts a sample of another length into a batch. Using every sample exactly once and
+giving every rank the same number of batches cannot both hold in general (10 samples on 4 ranks in batches
+of 2: two ranks would get 2 samples, one batch, unless 2 samples are repeated), hence the padding.
 
 A larger pool gives batches of closer lengths and less randomness in what shares a batch. Everything is a pure
 function of (seed, epoch): resuming and distributed ranks need no communication.
@@ -20,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from beton.errors import PipelineError
-from beton.order.base import Order, OrderContext
+from beton.order.base import Order, OrderContext, shard_sizes
 from beton.random import order_rng
 
 __all__ = ["BucketedOrder"]
@@ -46,26 +58,41 @@ class BucketedOrder(Order):
         for start in range(0, count, pool):  # sort each pool by length, keeping the shuffled order among equals
             chunk = walk[start : start + pool]
             walk[start : start + pool] = chunk[np.argsort(lengths[chunk], kind="stable")]
-        per_rank = count // ranks if context.drop_last else -(-count // ranks)  # as shard() cuts
-        steps = min(per_rank // batch, count // step)
+        # as many whole steps as the rank with the fewest real samples fills (shard() pads the last ranks)
+        _, reals = shard_sizes(count, ranks, context.drop_last)
+        steps = min(reals) // batch
         whole = walk[: steps * step].reshape(steps, ranks, batch)[rng.permutation(steps)]
         rest = walk[steps * step :]
         rest = rest[np.argsort(lengths[rest], kind="stable")]
-        # rank r's part: its batch of every step, then per_rank - steps * batch samples of the rest; when the
-        # rest is short (sample counts that do not divide), the last rank's part gives up its final samples,
-        # which shard() replaces by padding anyway
-        parts = [whole[:, r].reshape(-1) for r in range(ranks)]
-        fill = per_rank - steps * batch
-        shortfall = (ranks - 1) * fill - len(rest)
-        if shortfall > 0:
-            kept = max(0, len(parts[-1]) - shortfall)
-            rest, parts[-1] = np.concatenate([rest, parts[-1][kept:]]), parts[-1][:kept]
-        pieces = []
+        # rank r's part: its batch of every step, then the next reals[r] - steps * batch samples of the sorted
+        # rest; with drop_last, what no rank takes ends the order, where shard() drops it
+        pieces, taken = [], 0
         for r in range(ranks):
-            taken = rest[:fill] if r < ranks - 1 else rest
-            pieces += [parts[r], taken]
-            rest = rest[len(taken) :]
-        return indices[np.concatenate(pieces)] if pieces else indices
+            extra = reals[r] - steps * batch
+            pieces += [whole[:, r].reshape(-1), rest[taken : taken + extra]]
+            taken += extra
+        pieces.append(rest[taken:])
+        return indices[np.concatenate(pieces)]
+
+    def pad(self, order: np.ndarray, total: int, context: OrderContext) -> np.ndarray:
+        """Padding that keeps every batch one bucket: a padded batch repeats its own samples, a batch of padding
+        only repeats its rank's batch before it (or, on a rank without any sample, rank 0's batch)."""
+        count, batch = len(order), context.batch_size
+        if not count or total <= count:
+            return order
+        per_rank = total // max(1, context.world_size)
+        padded = np.empty(total, order.dtype)
+        padded[:count] = order
+        for position in range(count, total):
+            rank_start = position - position % per_rank
+            batch_start = rank_start + (position - rank_start) // batch * batch
+            if batch_start < count:
+                padded[position] = padded[batch_start + (position - batch_start) % (count - batch_start)]
+            elif batch_start > rank_start:
+                padded[position] = padded[position - batch]
+            else:
+                padded[position] = padded[position - rank_start]
+        return padded
 
     def _lengths(self, context: OrderContext) -> np.ndarray:
         available = context.lengths

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from beton.errors import PipelineError
+from beton.pieces import Pieces
 from beton.random import batch_rng
 
 __all__ = [
@@ -99,18 +100,27 @@ class Source:
 
     ``metadata`` is the field's data-table column for all samples (indexed by sample); ``memory`` holds the
     payload bytes, and ``offsets[i]``/``sizes[i]`` locate batch position i's payload in it. Fields without a
-    payload get empty arrays. Passed to kernels as the tuple ``(metadata, memory, offsets, sizes)``.
+    payload get empty arrays. Passed to kernels as the tuple ``(metadata, memory, offsets, sizes, skipped)``.
+
+    ``skipped``: empty (the default, None) when memory holds whole payloads. A memory layer may instead hold only
+    the part of each payload that the decoder said it reads (:meth:`Operation.payload_pieces`: the window of
+    rows a :class:`~beton.decoders.RaggedDecoder` keeps); ``skipped[i]`` is then how many bytes at the front
+    of batch position i's payload it does not hold: ``memory[offsets[i] + k]`` is byte ``skipped[i] + k`` of
+    the payload, for ``k < sizes[i]``. A decoder that declares parts checks them against what it needs.
     """
 
     metadata: np.ndarray
     memory: np.ndarray
     offsets: np.ndarray
     sizes: np.ndarray
-    #: True when the memory layer gathered scan-grouped payloads into plain JPEGs (the first scans + EOI).
+    #: True when the memory layer gathered pieces of each payload end to end (for scan-grouped JPEGs: plain
+    #: JPEGs of the first scans + EOI; for a decoder's own pieces: the part of each payload it reads).
     gathered: bool = False
+    skipped: np.ndarray | None = None
 
-    def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.metadata, self.memory, self.offsets, self.sizes
+    def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        skipped = self.skipped if self.skipped is not None else np.zeros(0, np.int64)  # empty: whole payloads
+        return self.metadata, self.memory, self.offsets, self.sizes, skipped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +211,18 @@ class Operation(abc.ABC):
         their pipelines' sources in ``SourceState.followed``.
         """
         return ()
+
+    def payload_pieces(self, previous: SourceState, key: np.uint64) -> Pieces | None:
+        """For a decoder that reads only part of each payload: those parts, for every sample of the file, in an
+        epoch whose random key for this operation is ``key`` (the one its kernel gets); None (the default): it
+        reads whole payloads.
+
+        A memory layer that copies payloads (the process cache) then reads and stages only these parts, and the
+        decoder's :class:`Source` says so (``skipped``, ``sizes``): a decoder that declares parts must read them
+        from where the Source says, and raise when the Source does not hold what it needs. Several decoders of
+        one stored field get parts only when all declare the same ones.
+        """
+        return None
 
     def in_place(self, previous: State) -> bool:
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""

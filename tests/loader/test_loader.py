@@ -14,12 +14,12 @@ import beton
 import beton.order
 from beton import Loader, OrderOption
 from beton.errors import PipelineError
-from beton.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder, SimpleRGBImageDecoder
-from beton.fields import IntField, RGBImageField
+from beton.decoders import BytesDecoder, IntDecoder, JSONDecoder, NDArrayDecoder, RaggedDecoder, SimpleRGBImageDecoder
+from beton.fields import IntField, RaggedArrayField, RGBImageField
 from beton.loader import CompileOptions
 from beton.memory import OSCache, ProcessCache
 from beton.traversal_order import TraversalOrder
-from beton.transforms import Convert, ImageMixup, LabelMixup, Squeeze, ToTensor, ToTorchImage
+from beton.transforms import Convert, ImageMixup, LabelMixup, PadToLongest, Squeeze, ToTensor, ToTorchImage
 from beton.transforms.flip import RandomHorizontalFlip
 
 from conftest import ANY_FILE_ORDERS, MIXED_FIELDS, mixed_sample, small_image, write
@@ -158,6 +158,32 @@ def test_balanced_resumes_exactly(image_mix_file, memory):
     check_resume(lambda: Loader(image_mix_file, batch_size=8, num_workers=2, order=OrderOption.BALANCED, seed=4,
                                 memory=memory, pipelines={"image": [SimpleRGBImageDecoder(), RandomHorizontalFlip(),
                                                                     ToTensor()]}), 3)
+
+
+@pytest.fixture(scope="module")
+def ragged_file(tmp_path_factory):
+    """75 token sequences of long-tailed lengths (some far beyond the decoders' max_length), in 512-byte pages."""
+    lengths = np.minimum(np.random.default_rng(8).pareto(1.2, 75) * 20, 900).astype(np.int64)
+    return write(tmp_path_factory.mktemp("ragged") / "ragged.beton",
+                 {"tokens": RaggedArrayField(np.int32, (None,)), "index": IntField()},
+                 [(np.arange(n, dtype=np.int32) * 3 + i, i) for i, n in enumerate(lengths)], page_size=512)
+
+
+@pytest.mark.parametrize("memory", MEMORIES, ids=["os-cache", "process-cache"])
+@pytest.mark.parametrize("shard", [{}, {"rank": 2, "world_size": 3}, {"rank": 0, "world_size": 2, "drop_last": True}],
+                         ids=["one-rank", "rank-2-of-3", "rank-0-of-2-drop-last"])
+@pytest.mark.parametrize("midpoint", [0, 3, "end"])
+def test_bucketed_resumes_exactly(ragged_file, memory, shard, midpoint):
+    # random windows (per-sample draws, which the process cache computes ahead to read only them) and a
+    # per-batch draw (mixup of the labels), over an order of length buckets
+    def make():
+        return Loader(ragged_file, batch_size=8, num_workers=2, order=OrderOption.BUCKETED, seed=6, memory=memory,
+                      pipelines={"tokens": [RaggedDecoder(24, window="random"), PadToLongest(), ToTensor()],
+                                 "index": [IntDecoder(), LabelMixup(0.5), ToTensor()]}, **shard)
+
+    with make() as loader:
+        length = len(loader)
+    check_resume(make, length if midpoint == "end" else midpoint)
 
 
 @pytest.mark.parametrize("options", [{"num_workers": 0}, {"num_workers": 1, "batches_ahead": 5},
