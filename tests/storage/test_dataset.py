@@ -247,10 +247,10 @@ def test_samples_payloads_filter_and_metadata_use_global_indices(tmp_path):
     with beton.Reader(whole) as one, Loader(manifest, batch_size=4) as union:
         dataset = union.reader
         assert len(dataset) == 30 and dataset.field_names == one.field_names
-        for index in (0, 10, 11, 29, -1):
-            np.testing.assert_array_equal(dataset[index][0], one[index][0])
-            assert dataset[index][1] == one[index][1]
-            np.testing.assert_array_equal(dataset.payload(index, "image"), one.payload(index, "image"))
+        for sample in (0, 10, 11, 29, -1):
+            np.testing.assert_array_equal(dataset[sample][0], one[sample][0])
+            assert dataset[sample][1] == one[sample][1]
+            np.testing.assert_array_equal(dataset.payload(sample, "image"), one.payload(sample, "image"))
         with pytest.raises(IndexError):
             dataset[30]
         assert union.metadata == {"name": "squares"}
