@@ -6,6 +6,8 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping
 
+__all__ = ["epoch_rate", "alternating_runs", "alternating_rates", "paired_ratio"]
+
 
 def epoch_rate(iterable: Iterable) -> float:
     """Samples per second over one pass; a batch's second element is its labels (their length counts)."""
