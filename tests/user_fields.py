@@ -34,6 +34,9 @@ class AudioField(Field):
     def arguments(self):
         return {"sample_rate": self.sample_rate}
 
+    def summary(self, records):
+        return [f"audio: {records['num_frames'].sum() / self.sample_rate:.3f} s in all"]
+
 
 @dataclasses.dataclass(frozen=True)
 class NoisyField(Field):

@@ -100,12 +100,20 @@ def _output_size_settable(cls: type) -> type:
     return cls
 
 
-class _CropDecoder(SampleOperation):
+class _ScanReader(SampleOperation):
+    """An image decoder with a ``fidelity`` of its own: the progressive-JPEG scans it reads."""
+
+    fidelity: int | None
+
+    def payload_setting(self, fidelity: int | None) -> int | None:
+        return scans_to_read(fidelity, self.fidelity)
+
+
+class _CropDecoder(_ScanReader):
     """Shared machinery: find the crop, decode (scaled) or view raw pixels, resize into the batch."""
 
     is_decoder = True
     output_size: tuple[int, int]
-    fidelity: int | None
     fast_upsample: bool
     decode_whole: bool
 
@@ -127,7 +135,7 @@ class _CropDecoder(SampleOperation):
         top, left, crop_height, crop_width = self.crop(context.key, sample, height, width)
         out = dst[i]
         if metadata["mode"] in JPEG_MODES:
-            payload = progressive_prefix(payload, metadata, scans_to_read(context.fidelity, self.fidelity),
+            payload = progressive_prefix(payload, metadata, self.payload_setting(context.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             region = self.decoded_crop(payload, (height, width, channels), (top, left, crop_height, crop_width),
                                        out.shape, context.scratch)
@@ -234,7 +242,7 @@ class CenterCropRGBImageDecoder(_CropDecoder):
 
 
 @dataclasses.dataclass(frozen=True)
-class SimpleRGBImageDecoder(SampleOperation):
+class SimpleRGBImageDecoder(_ScanReader):
     """Decode whole images; every image in the file (or the selected ones) must have the same size."""
 
     fidelity: int | None = None  # progressive JPEGs: scans to read (None: all)
@@ -258,7 +266,7 @@ class SimpleRGBImageDecoder(SampleOperation):
         if (height, width) != out.shape[:2]:
             raise DecodeError(f"image is {width}x{height}, expected {out.shape[1]}x{out.shape[0]}")
         if metadata["mode"] in JPEG_MODES:
-            payload = progressive_prefix(payload, metadata, scans_to_read(context.fidelity, self.fidelity),
+            payload = progressive_prefix(payload, metadata, self.payload_setting(context.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
             try:
                 decoded = simplejpeg.decode_jpeg(payload, colorspace=JPEG_COLORSPACES[channels], buffer=out)

@@ -156,6 +156,16 @@ class Field(abc.ABC):
         payload size, for length-aware orders and statistics; None for fields without one."""
         return None
 
+    def modes(self, records: np.ndarray) -> np.ndarray | None:
+        """Each sample's storage mode (a small integer, e.g. an image stored raw or as JPEG), for orders that give
+        every batch the same mix of modes (``OrderOption.BALANCED``); None for fields stored one way only."""
+        return None
+
+    def summary(self, records: np.ndarray) -> list[str]:
+        """Lines ``beton info`` prints about this field's samples (``records``: its data-table column, at least
+        one record), beside the payload sizes it prints for every field; none by default."""
+        return []
+
     # Reading: what a field decodes to when the user gives no pipeline for it.
 
     def default_pipeline(self) -> list[Operation]:

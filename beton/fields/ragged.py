@@ -104,6 +104,11 @@ class RaggedArrayField(Field):
     def lengths(self, records: np.ndarray, sizes: np.ndarray | None) -> np.ndarray:
         return np.asarray(records["length"], dtype=np.int64)
 
+    def summary(self, records: np.ndarray) -> list[str]:
+        lengths = records["length"]
+        return [f"lengths (rows): min {int(lengths.min())}, median {float(np.median(lengths)):g}, "
+                f"99th percentile {float(np.percentile(lengths, 99)):g}, max {int(lengths.max())}"]
+
     def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
         # Decoders copy length x row_bytes bytes from each payload: a length that claims more than the payload
         # holds would read past it. Checked here once, vectorised, so compiled kernels may trust every length.

@@ -48,7 +48,7 @@ from beton.codecs.image_record import (
     PROGRESSIVE_RECORD,
     raw_view,
 )
-from beton.codecs.jpeg_scans import EOI, check_scan_tables, jpeg_scan_ends, scan_pieces, whole_jpeg
+from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
 from beton.fields.base import Encoded, EncodeContext, Field, Pieces
@@ -235,8 +235,28 @@ class RGBImageField(Field):
             return None
         return scan_pieces(records, setting)
 
+    def modes(self, records: np.ndarray) -> np.ndarray:
+        return records["mode"]
+
     def default_pipeline(self) -> list[Operation]:
         return [SimpleRGBImageDecoder(), ToTensor()]
+
+    def summary(self, records: np.ndarray) -> list[str]:
+        """Image sizes and storage modes; for progressive JPEGs the bytes read at each fidelity."""
+        heights, widths = records["height"].astype(np.int64), records["width"].astype(np.int64)
+        longer = np.maximum(heights, widths)
+        counts = np.histogram(longer, bins=[*_SIZE_BINS, np.iinfo(np.int64).max])[0]
+        bins = [f"{low}-{high - 1}" for low, high in zip(_SIZE_BINS, _SIZE_BINS[1:])] + [f">={_SIZE_BINS[-1]}"]
+        histogram = ", ".join(f"{label}: {count}" for label, count in zip(bins, counts) if count)
+        modes = ", ".join(f"{np.mean(records['mode'] == number):.0%} {name}" for name, number in IMAGE_MODES.items()
+                          if np.any(records["mode"] == number))
+        lines = _fidelity_lines(records) if "scan_ends" in (records.dtype.names or ()) else []
+        return lines + [
+            f"images: height {int(heights.min())}..{int(heights.max())} (median {int(np.median(heights))}), "
+            f"width {int(widths.min())}..{int(widths.max())} (median {int(np.median(widths))}), "
+            f"stored as {modes}",
+            f"longer side histogram: {histogram}",
+        ]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> np.ndarray:
         return decode_stored_image(metadata, payload, self.numpy_dtype)
@@ -285,6 +305,19 @@ class RGBImageField(Field):
         budget = sizes * np.uint64(_LOSSLESS_SAMPLES_PER_BYTE)
         first_bad_record((modes == IMAGE_MODES["lossless"]) & ((pixels > budget) | (pixels * samples > budget)),
                          lambda s: f"lossless image of {pixels[s]} pixels cannot be stored in {sizes[s]} bytes")
+
+
+_SIZE_BINS = (0, 64, 128, 256, 512, 1024, 2048, 4096)  # of an image's longer side, for beton info
+
+
+def _fidelity_lines(records: np.ndarray) -> list[str]:
+    """Mean bytes read per image at each progressive-JPEG fidelity, and the I/O saved against all scans."""
+    full = fidelity_bytes(records, None).mean()
+    lines = ["progressive fidelity (scans read: mean bytes per image, predicted I/O speed-up):"]
+    for k in range(1, int(records["num_scans"].max()) + 1):
+        read = fidelity_bytes(records, k).mean()
+        lines.append(f"  {k:2d}: {read:10.1f} B  x{full / read:.2f}")
+    return lines
 
 
 def decode_stored_image(metadata: np.void, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from beton.codecs.jpeg_scans import scans_to_read
 from beton.errors import LoaderError
 from beton.memory.base import EpochReads, MemoryLayer, StoredField
 from beton.pieces import Pieces
@@ -150,9 +149,9 @@ class EpochEngine:
     def _read_pieces(self, fidelity: int | None, keys: Mapping[tuple[int, int], np.uint64]) -> dict[int, Pieces]:
         """Per payload column whose decoders read only parts of each allocation, the parts they read this epoch:
         the parts a decoder declares itself (``Operation.payload_pieces``: a ragged window, drawn with the key its
-        kernel gets), else the field's (the first scans of scan-grouped JPEGs at this epoch's fidelity; several
-        decoders of one column read the most). A column whose decoders do not all declare the same parts is read
-        whole."""
+        kernel gets), else the field's at the largest setting its decoders read at (``Operation.payload_setting``
+        and ``Field.read_pieces``: the first scans of scan-grouped JPEGs at this epoch's fidelity). A column
+        whose decoders do not all declare the same parts is read whole."""
         settings: dict[int, int | None] = {}
         declared: dict[int, list[Pieces | None]] = {}
         for stage in self.plan.stages:
@@ -162,13 +161,13 @@ class EpochEngine:
                     continue
                 declared.setdefault(column, []).append(
                     step.operation.payload_pieces(step.input_state, keys[step.output, step.position]))
-                wanted = scans_to_read(fidelity, getattr(step.operation, "fidelity", None))
+                wanted = step.operation.payload_setting(fidelity)
                 known = settings.get(column, 0)
                 settings[column] = None if wanted is None or known is None else max(wanted, known)
         pieces = {}
         for column, found in declared.items():
             if any(part is not None for part in found):
-                if all(part is not None and _same_pieces(part, found[0]) for part in found):
+                if all(part is not None and part.same_as(found[0]) for part in found):
                     pieces[column] = found[0]
                 settings.pop(column)  # declared by some decoders only, or differently: whole allocations
         for stored in self.fields:
@@ -323,11 +322,6 @@ class EpochIterator:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
-
-
-def _same_pieces(a: Pieces, b: Pieces) -> bool:
-    return a is b or (a.trailer == b.trailer and np.array_equal(a.starts, b.starts)
-                      and np.array_equal(a.lengths, b.lengths))
 
 
 def _buffer_bytes(spec: Any, batch_size: int) -> int:

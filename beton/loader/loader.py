@@ -22,7 +22,6 @@ import torch
 from beton._cores import resolve_workers
 from beton.errors import PipelineError
 from beton.fields.base import Field
-from beton.fields.rgb_image import RGBImageField
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
 from beton.loader.options import (CompileOptions, legacy_keywords, resolve_compile_options, resolve_memory,
                                   resolve_order_kwargs)
@@ -186,7 +185,7 @@ class Loader:
         self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
         self.order = self._resolve_order(order, order_kwargs)
-        self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _image_modes(self.reader),
+        self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _storage_modes(self.reader),
                                            _sample_lengths(self.reader), self.world_size, drop_last)
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
         # while asking for the next (see beton.pipeline.slots).
@@ -467,14 +466,15 @@ def _describe(path: Source) -> str:
     return os.fspath(path) if isinstance(path, (str, os.PathLike)) else f"a dataset of several files ({path!r:.200})"
 
 
-def _image_modes(reader: OpenedDataset) -> dict[str, np.ndarray]:
+def _storage_modes(reader: OpenedDataset) -> dict[str, np.ndarray]:
+    """Per field stored in several modes (``Field.modes``: raw or JPEG images), each sample's mode."""
     # copies: the orders read them every epoch, and the memory layer never reads the file's map after opening
-    return {name: np.array(reader.data_table[name]["mode"]) for name, field in reader.fields.items()
-            if isinstance(field, RGBImageField)}
+    modes = {name: field.modes(reader.data_table[name]) for name, field in reader.fields.items()}
+    return {name: np.array(found) for name, found in modes.items() if found is not None}
 
 
 def _sample_lengths(reader: OpenedDataset) -> dict[str, np.ndarray]:
-    """Per field with lengths (ragged arrays, byte strings), each sample's length: copies, as _image_modes."""
+    """Per field with lengths (ragged arrays, byte strings), each sample's length: copies, as _storage_modes."""
     lengths = {}
     for name, field in reader.fields.items():
         column = reader.descriptors[name].payload_column

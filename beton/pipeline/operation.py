@@ -224,6 +224,15 @@ class Operation(abc.ABC):
         """
         return None
 
+    def payload_setting(self, fidelity: int | None) -> int | None:
+        """The setting at which this decoder reads its field's payloads (:meth:`beton.fields.Field.read_pieces`)
+        while the loader's fidelity is ``fidelity`` (``Loader.set_fidelity``; None: not set): that fidelity by
+        default. A decoder with a setting of its own overrides this (the image decoders' ``fidelity``: the
+        loader's wins when set). A larger setting reads more and None reads everything, so several decoders of
+        one field get the largest.
+        """
+        return fidelity
+
     def in_place(self, previous: State) -> bool:
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""
         return False

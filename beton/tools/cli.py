@@ -33,10 +33,6 @@ import numpy as np
 
 from beton._version import __version__
 from beton.errors import BetonError
-from beton.codecs.image_record import IMAGE_MODES
-from beton.codecs.jpeg_scans import fidelity_bytes
-from beton.fields.ragged import RaggedArrayField
-from beton.fields.rgb_image import RGBImageField
 from beton.storage.reader import Reader
 from beton.storage.verify import verify
 from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
@@ -68,12 +64,8 @@ def describe(reader: Reader) -> str:
                 f"      payload bytes: mean {float(np.mean(sizes)):.1f}, min {int(sizes.min())}, "
                 f"max {int(sizes.max())}, total {_bytes(int(sizes.sum()))}"
             )
-        if isinstance(reader.fields[name], RGBImageField) and reader.num_samples:
-            lines += _image_summary(reader.data_table[name])
-        if isinstance(reader.fields[name], RaggedArrayField) and reader.num_samples:
-            lengths = reader.data_table[name]["length"]
-            lines.append(f"      lengths (rows): min {int(lengths.min())}, median {float(np.median(lengths)):g}, "
-                         f"99th percentile {float(np.percentile(lengths, 99)):g}, max {int(lengths.max())}")
+        if reader.num_samples:
+            lines += [f"      {line}" for line in reader.fields[name].summary(reader.data_table[name])]
     lines += _metadata_lines(reader.metadata)
     return "\n".join(printable(line) for line in lines)
 
@@ -100,36 +92,6 @@ def printable(text: str) -> str:
         character.encode("unicode_escape").decode("ascii") if ord(character) < 0x10000 else f"\\U{ord(character):08x}"
         for character in text
     )
-
-
-_SIZE_BINS = (0, 64, 128, 256, 512, 1024, 2048, 4096)
-
-
-def _image_summary(metadata: np.ndarray) -> list[str]:
-    heights, widths = metadata["height"].astype(np.int64), metadata["width"].astype(np.int64)
-    longer = np.maximum(heights, widths)
-    counts = np.histogram(longer, bins=[*_SIZE_BINS, np.iinfo(np.int64).max])[0]
-    bins = [f"{low}-{high - 1}" for low, high in zip(_SIZE_BINS, _SIZE_BINS[1:])] + [f">={_SIZE_BINS[-1]}"]
-    histogram = ", ".join(f"{label}: {count}" for label, count in zip(bins, counts) if count)
-    modes = ", ".join(f"{np.mean(metadata['mode'] == number):.0%} {name}" for name, number in IMAGE_MODES.items()
-                      if np.any(metadata["mode"] == number))
-    lines = _fidelity_lines(metadata) if "scan_ends" in (metadata.dtype.names or ()) else []
-    return lines + [
-        f"      images: height {int(heights.min())}..{int(heights.max())} (median {int(np.median(heights))}), "
-        f"width {int(widths.min())}..{int(widths.max())} (median {int(np.median(widths))}), "
-        f"stored as {modes}",
-        f"      longer side histogram: {histogram}",
-    ]
-
-
-def _fidelity_lines(metadata: np.ndarray) -> list[str]:
-    """Mean bytes read per image at each progressive-JPEG fidelity, and the I/O saved against all scans."""
-    full = fidelity_bytes(metadata, None).mean()
-    lines = ["      progressive fidelity (scans read: mean bytes per image, predicted I/O speed-up):"]
-    for k in range(1, int(metadata["num_scans"].max()) + 1):
-        read = fidelity_bytes(metadata, k).mean()
-        lines.append(f"        {k:2d}: {read:10.1f} B  x{full / read:.2f}")
-    return lines
 
 
 def _bytes(count: int) -> str:

@@ -8,6 +8,7 @@ import pytest
 import beton
 from beton.errors import FieldError
 from beton.fields import IntField, UnknownField
+from beton.tools.cli import describe
 
 from conftest import write
 from user_fields import AudioField, make_local_field
@@ -33,6 +34,9 @@ def test_a_registered_user_field_reads_back_by_type_name(tmp_path, registered_au
             np.testing.assert_array_equal(audio, clip)
             assert index == i
         assert reader.data_table["audio"]["num_frames"].tolist() == [0, 5, 1000]
+        # beton info prints what the field says of its samples (Field.summary) under the field's line
+        assert "'audio': user_fields.AudioField {\"sample_rate\": 22050}\n" in describe(reader)
+        assert f"\n      audio: {1005 / 22050:.3f} s in all\n" in describe(reader)
 
 
 def test_an_unregistered_class_opens_as_unknown_and_says_how_to_register_it(tmp_path):
