@@ -88,3 +88,23 @@ def test_import_paths_from_before_the_reorganisation_keep_working():
 
     assert beton.fields.rgb_image_decoders.RandomResizedCropRGBImageDecoder is RandomResizedCropRGBImageDecoder
     assert beton.bench.timing.paired_ratio is beton.tools.bench.timing.paired_ratio
+
+
+def test_the_tests_import_only_public_names():
+    """Tests use beton as users do: a private name they need is a name the package should make public."""
+    import ast
+    import pathlib
+
+    private = []
+    for path in sorted(pathlib.Path(__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("beton"):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.startswith("beton")]
+            else:
+                continue
+            dotted = [f"{node.module}.{name}" if isinstance(node, ast.ImportFrom) else name for name in names]
+            private += [f"{path.name}:{node.lineno} {name}" for name in dotted
+                        if any(part.startswith("_") and part != "__version__" for part in name.split("."))]
+    assert not private

@@ -40,7 +40,7 @@ import numpy as np
 from beton.errors import DecodeError
 
 __all__ = ["encode_lossless", "decode_lossless", "decode_lossless_region", "tile_grid", "DEFAULT_TILE_LOG2",
-           "lossless_region_bounds"]
+           "lossless_region_bounds", "check_header", "decode_tiles"]
 
 VERSION = 1
 DEFAULT_TILE_LOG2 = 6  # 64x64 tiles: crops decode little outside themselves, for a small size cost (docs/images.md)
@@ -321,9 +321,13 @@ def _work_fits(height, width, tile_log2, planes, residuals, channels):
 
 
 @numba.njit(nogil=True, cache=True)
-def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits):
+def decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits):
     """Decode tile rows ty0..ty1-1 and columns tx0..tx1-1 into ``out``; the first bad tile's index, -1 when all
-    decode, or -2 when the tile range or the buffers do not fit the image."""
+    decode, or -2 when the tile range or the buffers do not fit the image.
+
+    The compiled kernel under :func:`decode_lossless_region`, which checks the header (:func:`check_header`) and
+    sizes the buffers first; it guards itself too, so that a wrong call returns -2 instead of writing out of
+    bounds."""
     tile = 1 << tile_log2
     tile_cols = -(-width // tile)
     tile_rows = -(-height // tile)
@@ -343,7 +347,7 @@ def _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes,
     return -1
 
 
-def _check_header(payload: np.ndarray, height: int, width: int) -> tuple[int, int]:
+def check_header(payload: np.ndarray, height: int, width: int) -> tuple[int, int]:
     """(log2 of the tile side, bits per sample) after checking the header and that the tile table fits."""
     if payload.size < _HEADER or payload[0] != VERSION or not 2 <= payload[1] <= 12 or payload[2] > 1:
         raise DecodeError("lossless image: bad header (version, tile size or sample depth)")
@@ -375,7 +379,7 @@ def sample_dtype(payload: np.ndarray, expected: np.dtype | None = None) -> np.dt
 def lossless_region_bounds(payload: np.ndarray, height: int, width: int, top: int, left: int, rows: int,
                            cols: int) -> tuple[int, int, int, int, int]:
     """(tile_log2, first tile row, end tile row, first tile column, end tile column) covering a region."""
-    tile_log2, _ = _check_header(payload, height, width)
+    tile_log2, _ = check_header(payload, height, width)
     tile = 1 << tile_log2
     return tile_log2, top // tile, -(-(top + rows) // tile), left // tile, -(-(left + cols) // tile)
 
@@ -402,7 +406,7 @@ def decode_lossless_region(payload: np.ndarray, height: int, width: int, channel
     planes = planes.reshape(channels, work_rows, work_cols)
     residual_count = -(-work_rows * work_cols // _GROUP) * _GROUP
     residuals = scratch(4 * residual_count, "residuals").view(np.int32)
-    bad = _decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits)
+    bad = decode_tiles(payload, height, width, tile_log2, ty0, ty1, tx0, tx1, planes, residuals, out, bits)
     if bad == -2:
         raise DecodeError(f"lossless image: tiles {ty0}..{ty1} x {tx0}..{tx1} do not fit the {height}x{width} "
                           "image or its buffers")

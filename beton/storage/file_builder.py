@@ -149,7 +149,7 @@ class FileBuilder:
         self._spec = spec
         self._page_size = page_size
         self._metadata = metadata  # the metadata table's bytes (a version-2 file), or None (version 1)
-        # The field table's bytes as another file stores them (merging copies the shards'), or None: built from spec
+        # The field table's bytes (the writer's, built once; merging copies the shards'), or None: built from spec
         self._field_table = field_table
         self._payload_fields = spec.payload_fields
         handle, self._temp_path = create_temporary(spec.path)

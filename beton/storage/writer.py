@@ -119,8 +119,8 @@ class DatasetWriter:
         field_objects = tuple(fields.values())
         data_dtype = fmt.data_table_dtype((name, field.metadata_dtype) for name, field in fields.items())
         self._spec = EncodeSpec(self.path, names, field_objects, data_dtype, int(seed), on_error == "skip")
-        try:
-            field_table_bytes(self._spec)
+        try:  # built once, here, so that arguments that cannot be stored fail before any sample is encoded
+            self._field_table = field_table_bytes(self._spec)
         except (TypeError, ValueError) as error:
             raise FieldError(f"field arguments must be JSON-serialisable: {error}") from None
         self.page_size = page_size
@@ -198,7 +198,7 @@ class DatasetWriter:
         warned: list[SampleProblem] = []
         with sigterm_cleans_up():
             try:
-                builder = FileBuilder(spec, self.page_size, self._metadata)
+                builder = FileBuilder(spec, self.page_size, self._metadata, field_table=self._field_table)
             except OSError as error:
                 raise write_error(self.path, error) from error
             encoded = self._encoded_chunks(chunks, dataset, spec)

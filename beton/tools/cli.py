@@ -38,7 +38,7 @@ from beton.storage.verify import verify
 from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
                                          positive_argument)
 
-__all__ = ["main", "describe"]
+__all__ = ["main", "describe", "build_parser"]
 
 
 def describe(reader: Reader) -> str:
@@ -242,7 +242,8 @@ def _existing_path(text: str) -> str:
     return text
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``beton`` command's argument parser, every command and option with its help text."""
     parser = argparse.ArgumentParser(prog="beton",
                                      description="Inspect, check, convert, tune and benchmark .beton files.")
     parser.add_argument("--version", action="version", version=f"beton {__version__}")
@@ -330,7 +331,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(argv)
+    arguments = build_parser().parse_args(argv)
     try:
         return arguments.run(arguments)
     except (BetonError, OSError, ValueError) as error:

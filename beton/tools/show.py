@@ -34,7 +34,7 @@ from beton.order import OrderOption
 from beton.storage.reader import Reader
 from beton.transforms import NormalizeImage
 
-__all__ = ["grid", "ORDERS"]
+__all__ = ["grid", "ORDERS", "fitted", "caption"]
 
 ORDERS = {"sequential": OrderOption.SEQUENTIAL, "random": OrderOption.RANDOM,
           "quasi_random": OrderOption.QUASI_RANDOM}
@@ -69,12 +69,12 @@ def grid(path: str | os.PathLike[str], output: str | os.PathLike[str] | None = N
         field_names = list(reader.fields)
         if pipelines is None:
             chosen = _chosen(reader.num_samples, count, indices, random, seed)
-            images = [_fitted(_displayable(_stored_image(reader, image_name, i)), cell) for i in chosen]
+            images = [fitted(_displayable(_stored_image(reader, image_name, i)), cell) for i in chosen]
             labels = [_stored_label(reader, label_name, i) for i in chosen] if label_name else [None] * len(chosen)
     if pipelines is not None:
         chosen, images, labels = _loader_batch(path, field_names, pipelines, image_name, label_name, count,
                                                indices, seed, epoch, order, num_workers)
-    captions = [_caption(index, label, classes) for index, label in zip(chosen, labels)]
+    captions = [caption(index, label, classes) for index, label in zip(chosen, labels)]
     picture = _tile(images, captions, columns)
     if output is not None:
         if not cv2.imwrite(os.fspath(output), cv2.cvtColor(picture, cv2.COLOR_RGB2BGR)):
@@ -193,7 +193,7 @@ def _displayable(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, :3])
 
 
-def _fitted(image: np.ndarray, cell: int) -> np.ndarray:
+def fitted(image: np.ndarray, cell: int) -> np.ndarray:
     """The image scaled (keeping its aspect) to fit a cell x cell square, centred on the background."""
     height, width = image.shape[:2]
     scale = min(cell / height, cell / width)
@@ -205,7 +205,8 @@ def _fitted(image: np.ndarray, cell: int) -> np.ndarray:
     return canvas
 
 
-def _caption(index: int, label: Any, classes: list[str] | None) -> str:
+def caption(index: int, label: Any, classes: list[str] | None) -> str:
+    """The text under a sample: its index, and its class name when ``classes`` names its integer label."""
     if label is None:
         return f"#{index}"
     if classes is not None and isinstance(label, int) and 0 <= label < len(classes):

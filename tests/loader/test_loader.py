@@ -154,10 +154,15 @@ def test_every_order_resumes_exactly_under_both_memory_strategies(image_file, or
 
 
 @pytest.mark.parametrize("memory", MEMORIES, ids=["os-cache", "process-cache"])
-def test_balanced_resumes_exactly(image_mix_file, memory):
-    check_resume(lambda: Loader(image_mix_file, batch_size=8, num_workers=2, order=OrderOption.BALANCED, seed=4,
-                                memory=memory, pipelines={"image": [SimpleRGBImageDecoder(), RandomHorizontalFlip(),
-                                                                    ToTensor()]}), 3)
+@pytest.mark.parametrize("midpoint", [0, 3, "end"])
+def test_balanced_resumes_exactly(image_mix_file, memory, midpoint):
+    def make():
+        return Loader(image_mix_file, batch_size=8, num_workers=2, order=OrderOption.BALANCED, seed=4, memory=memory,
+                      pipelines={"image": [SimpleRGBImageDecoder(), RandomHorizontalFlip(), ToTensor()]})
+
+    with make() as loader:
+        length = len(loader)
+    check_resume(make, length if midpoint == "end" else midpoint)
 
 
 @pytest.fixture(scope="module")

@@ -512,10 +512,10 @@ def test_the_compiled_tile_decoder_refuses_geometry_that_does_not_fit(files):
     result = run_isolated(f"""
         import numpy as np
         import beton
-        from beton.codecs.lossless import _check_header, _decode_tiles
+        from beton.codecs.lossless import check_header, decode_tiles
         reader = beton.Reader({str(files["lossless"])!r})
         payload = np.array(reader.payload(0, "image"))
-        tile_log2, bits = _check_header(payload, 24, 40)
+        tile_log2, bits = check_header(payload, 24, 40)
         side = 1 << tile_log2
         tiles_y, tiles_x = -(-24 // side), -(-40 // side)
 
@@ -524,7 +524,7 @@ def test_the_compiled_tile_decoder_refuses_geometry_that_does_not_fit(files):
             planes = np.zeros((channels, plane_rows, side), np.uint8)
             residuals = np.zeros(residual_count, np.int32)
             out = np.zeros(out_shape, np.uint8)
-            return _decode_tiles(payload, 24, 40, tile_log2, ty[0], ty[1], tx[0], tx[1], planes, residuals, out, bits)
+            return decode_tiles(payload, 24, 40, tile_log2, ty[0], ty[1], tx[0], tx[1], planes, residuals, out, bits)
 
         print(run())  # the intact call decodes: -1
         for bad in (dict(channels=2, out_shape=(24, 40, 2)), dict(plane_rows=1), dict(residual_count=8),

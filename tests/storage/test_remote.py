@@ -28,6 +28,7 @@ from beton.storage.remote.pages import expected_reads  # noqa: E402
 from beton.tools.cli import main as cli  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402
 from range_server import Fault, RangeServer  # noqa: E402
+from resume_conformance import check_resume  # noqa: E402
 
 NUM_SAMPLES = 300
 PAGE_SIZE = 1024  # small pages: many pages, payloads across page boundaries
@@ -37,6 +38,8 @@ FAST = RemoteOptions(retries=4, backoff=0.001, max_backoff=0.01, timeout=2.0)  #
 def remote_cache(**options) -> ProcessCache:
     """The Loader's memory strategy for a URL: the process cache, reading with FAST's retries and ``options``."""
     return ProcessCache(remote=dataclasses.replace(FAST, **options))
+
+
 LOADER_PIPELINES = {"blob": None, "meta": None}
 
 
@@ -124,6 +127,14 @@ def test_loader_over_http_yields_the_local_batches(served, server, order):
     expected = loader_batches(path, epochs=2, order=order, os_cache=False)
     got = loader_batches(url, epochs=2, order=order, memory=remote_cache())
     assert_same_batches(got, expected)
+
+
+@pytest.mark.parametrize("order", [beton.OrderOption.RANDOM, beton.OrderOption.QUASI_RANDOM])
+@pytest.mark.parametrize("midpoint", [0, 4])
+def test_a_loader_over_http_resumes_exactly(served, server, order, midpoint):
+    _, url, _ = served
+    check_resume(lambda: beton.Loader(url, batch_size=32, num_workers=2, seed=3, order=order,
+                                      pipelines=LOADER_PIPELINES, memory=remote_cache()), midpoint, epochs=2)
 
 
 def test_a_url_is_read_through_the_process_cache_unless_told_otherwise(served, server):

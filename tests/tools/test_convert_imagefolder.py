@@ -397,7 +397,7 @@ def test_options_that_do_not_go_together_are_refused(tmp_path, arguments, messag
 def test_every_flag_has_help_text():
     import argparse
 
-    from beton.tools.cli import _parser
+    from beton.tools.cli import build_parser
 
     def walk(parser, trail):
         for action in parser._actions:
@@ -407,6 +407,6 @@ def test_every_flag_has_help_text():
             elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
                 yield " ".join(trail), action
 
-    found = list(walk(_parser(), ["beton"]))
+    found = list(walk(build_parser(), ["beton"]))
     assert len({command for command, _ in found}) >= 10  # every command and converter was walked
     assert not [f"{command}: {action.dest}" for command, action in found if not action.help]

@@ -14,7 +14,7 @@ import beton.show
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.fields import IntField, JSONField, RGBImageField
 from beton.tools.sample_photos import photo_crop
-from beton.tools.show import _caption, _fitted
+from beton.tools.show import caption, fitted
 from beton.transforms import NormalizeImage, RandomHorizontalFlip, ToTensor, ToTorchImage
 
 from conftest import write
@@ -51,10 +51,10 @@ def test_stored_images_are_fitted_into_cells(photos, tmp_path):
     np.testing.assert_array_equal(cv2.cvtColor(cv2.imread(str(tmp_path / "g.png")), cv2.COLOR_BGR2RGB), picture)
     with beton.Reader(photos) as reader:
         for number in range(7):
-            np.testing.assert_array_equal(cell(picture, number, 3, 48, 48), _fitted(reader[number][0], 48))
+            np.testing.assert_array_equal(cell(picture, number, 3, 48, 48), fitted(reader[number][0], 48))
     chosen = beton.show.grid(photos, count=2, columns=2, cell=48, indices=[5, 0])
     with beton.Reader(photos) as reader:
-        np.testing.assert_array_equal(cell(chosen, 0, 2, 48, 48), _fitted(reader[5][0], 48))
+        np.testing.assert_array_equal(cell(chosen, 0, 2, 48, 48), fitted(reader[5][0], 48))
 
 
 def test_the_loader_batch_is_shown_exactly_and_the_seed_decides_it(photos):
@@ -74,9 +74,9 @@ def test_the_loader_batch_is_shown_exactly_and_the_seed_decides_it(photos):
 
 def test_captions_name_the_sample_and_its_class():
     classes = ["astronaut", "cat", "café"]
-    assert _caption(4, 1, classes) == "#4 cat" and _caption(2, 2, classes) == "#2 café"
-    assert _caption(4, 7, classes) == "#4 label 7" and _caption(4, 7, None) == "#4 label 7"
-    assert _caption(4, None, None) == "#4"
+    assert caption(4, 1, classes) == "#4 cat" and caption(2, 2, classes) == "#2 café"
+    assert caption(4, 7, classes) == "#4 label 7" and caption(4, 7, None) == "#4 label 7"
+    assert caption(4, None, None) == "#4"
 
 
 def test_captions_are_drawn_under_the_images(photos):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from beton.errors import StorageError
+from beton.errors import StorageError, locate
 from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["RangeFetcher", "import_fsspec", "is_transient"]
@@ -148,9 +148,7 @@ class RangeFetcher:
         return getattr(fs, name)(*args, **kwargs)
 
     def error(self, message: str, page: int | None = None) -> StorageError:
-        error = StorageError(message)
-        error.path, error.page = self.url, page
-        return error
+        return locate(StorageError(message), path=self.url, page=page)
 
 
 def identity_of(info: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,7 @@ import bisect
 
 import numpy as np
 
-from beton.errors import FormatError
+from beton.errors import FormatError, locate
 from beton.storage.remote.cache import DiskPageCache
 from beton.storage.remote.fetch import RangeFetcher, identity_of
 from beton.storage.remote.options import RemoteOptions
@@ -57,10 +57,9 @@ class RemoteFile:
         version id or modification time, as far as the storage reports them)."""
         now = identity_of(self.fetcher.stat())
         if now != self.identity:
-            error = FormatError(f"the remote file changed since it was opened: it was {dict(self.identity)}, it is "
-                                f"now {dict(now)}; make a new Loader to read the new version")
-            error.path = self.url
-            raise error
+            raise locate(FormatError(f"the remote file changed since it was opened: it was {dict(self.identity)}, "
+                                     f"it is now {dict(now)}; make a new Loader to read the new version"),
+                         path=self.url)
 
     def close(self) -> None:
         if self.pages is not None:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beton.errors import CorruptDataError
+from beton.errors import CorruptDataError, locate
 from beton.storage.remote.cache import DiskPageCache
 from beton.storage.remote.fetch import RangeFetcher
 
@@ -139,12 +139,10 @@ class RemotePages:
                 data = self.fetcher.fetch(start, end, f"page {page} (its checksum did not match)")
                 with self._lock:
                     self.pages_fetched += 1
-        error = CorruptDataError(
+        raise locate(CorruptDataError(
             f"checksum of heap page {page} does not match the file's page-checksum table in {attempts} fetches: "
             "the server delivers other bytes than the file holds (the remote file changed, or the data is "
-            "corrupted in storage or on the way)")
-        error.path, error.page = self.fetcher.url, page
-        raise error
+            "corrupted in storage or on the way)"), path=self.fetcher.url, page=page)
 
     # ---- reading ahead --------------------------------------------------------------------------------------
 
