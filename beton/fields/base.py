@@ -157,8 +157,9 @@ class Field(abc.ABC):
         return None
 
     def modes(self, records: np.ndarray) -> np.ndarray | None:
-        """Each sample's storage mode (a small integer, e.g. an image stored raw or as JPEG), for orders that give
-        every batch the same mix of modes (``OrderOption.BALANCED``); None for fields stored one way only."""
+        """Each sample's storage mode, for ``OrderOption.BALANCED``, which gives every batch the same share of
+        mode 0 (stored uncompressed: cheap to decode, many bytes; other modes are compressed, as an image stored
+        raw or as JPEG); None for fields stored one way only."""
         return None
 
     def summary(self, records: np.ndarray) -> list[str]:
