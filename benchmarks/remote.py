@@ -46,8 +46,8 @@ LINKS = {"50 MB/s": (50e6, 0.0), "200 MB/s + 20 ms": (200e6, 0.020)}
 WINDOW_PAGES = 8
 
 
-def make_loader(path: str, **options) -> Loader:
-    return Loader(path, batch_size=64, num_workers=2, order=OrderOption.QUASI_RANDOM, seed=0,
+def make_loader(path: str, num_workers: int = 2, **options) -> Loader:
+    return Loader(path, batch_size=64, num_workers=num_workers, order=OrderOption.QUASI_RANDOM, seed=0,
                   order_kwargs={"window_pages": WINDOW_PAGES},
                   pipelines={"image": [RandomResizedCropRGBImageDecoder((160, 160)), RandomHorizontalFlip(), ToTensor(),
                                        ToTorchImage()],
