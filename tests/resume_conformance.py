@@ -36,10 +36,10 @@ def epoch_of(resumable: Any) -> list[tuple]:
     return [fingerprint(batch) for batch in resumable]
 
 
-def check_resume(make: Callable[[], Any], midpoint: int, epochs: int = 3) -> None:
+def check_resume(make: Callable[[], Any], midpoint: int | str, epochs: int = 3) -> None:
     """``make()`` builds the resumable, configured the same way each call (a fixed seed, or None: the seed is
     then part of the state). Checks, against an uninterrupted run of ``epochs`` epochs, that a checkpoint taken
-    after ``midpoint`` batches of epoch 1 (``midpoint`` may be 0 or the epoch's length):
+    after ``midpoint`` batches of epoch 1 (``midpoint`` may be 0, or "end": the epoch's length):
 
     * names epoch 1 and ``midpoint`` (the next epoch's start once epoch 1 is over);
     * resumed in a fresh object, yields the rest of epoch 1, then every later epoch, exactly;
@@ -50,6 +50,7 @@ def check_resume(make: Callable[[], Any], midpoint: int, epochs: int = 3) -> Non
         expected = [epoch_of(reference) for _ in range(epochs)]
         final_state = reference.state_dict()
     length = len(expected[1])
+    midpoint = length if midpoint == "end" else midpoint
     assert 0 <= midpoint <= length, f"midpoint {midpoint} outside epoch 1's {length} batches"
     assert final_state["epoch"] == epochs and final_state["position"] == 0
 

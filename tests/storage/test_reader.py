@@ -35,8 +35,9 @@ def test_a_registered_user_field_reads_back_by_type_name(tmp_path, registered_au
             assert index == i
         assert reader.data_table["audio"]["num_frames"].tolist() == [0, 5, 1000]
         # beton info prints what the field says of its samples (Field.summary) under the field's line
-        assert "'audio': user_fields.AudioField {\"sample_rate\": 22050}\n" in describe(reader)
-        assert f"\n      audio: {1005 / 22050:.3f} s in all\n" in describe(reader)
+        described = describe(reader)
+        assert "'audio': user_fields.AudioField {\"sample_rate\": 22050}\n" in described
+        assert f"\n      audio: {1005 / 22050:.3f} s in all\n" in described
 
 
 def test_an_unregistered_class_opens_as_unknown_and_says_how_to_register_it(tmp_path):
