@@ -403,5 +403,6 @@ def test_remote_shards_are_fetched_ahead_in_runs_of_pages(aligned):
                 pass
             pages = loader.reader.num_pages
             assert loader.memory_counters["pages_read"] == pages == 40
-            # SEQUENTIAL: each shard's 10 pages are planned ahead and fetched as runs, not one request per page
-            assert server.requests - opened <= 2 * len(urls) < pages
+            # SEQUENTIAL: each shard's 10 pages are planned ahead; the first 8 of each plan come one per request
+            # (RemotePages grows its requests), the last two in one run. Unplanned, every page is one request.
+            assert server.requests - opened <= 9 * len(urls) < pages

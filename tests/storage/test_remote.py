@@ -161,6 +161,28 @@ def test_pages_are_fetched_ahead_several_at_once(served, server):
     assert server.most_at_once >= 3
 
 
+def test_the_first_pages_of_a_plan_come_in_small_requests_and_later_ones_in_full_ones(served, server):
+    """Requests in flight share the link: a plan of consecutive pages fetched in full-size requests would hold its
+    first page back until several full requests had arrived."""
+    _, url, _ = served
+    options = dataclasses.replace(FAST, max_in_flight=1, request_bytes=8 * PAGE_SIZE)
+    with beton.Reader(url, remote_options=options) as reader:
+        pages = reader.remote.pages
+        requested = []
+        fetch = pages.fetcher.fetch
+        pages.fetcher.fetch = lambda start, end, what: requested.append((start, end)) or fetch(start, end, what)
+        pages.will_read(np.arange(60))
+        for page in range(60):
+            assert pages.page(page).tobytes() == bytes(reader.file_map[slice(*reader.page_bounds(page))])
+    sizes = [(end - start) // PAGE_SIZE for start, end in requested]
+    assert sum(sizes) == 60 and len(requested) == len(set(requested))
+    assert sizes[:8] == [1] * 8  # the first pages: one per request
+    assert sizes[:-1] == sorted(sizes[:-1]) and max(sizes) == 8  # then growing up to request_bytes (the last
+    # request holds what is left)
+    starts = [start for start, _ in requested]
+    assert starts == sorted(starts)  # in the plan's order
+
+
 def test_expected_reads_follows_a_least_recently_used_cache():
     batches = [np.array([0, 1]), np.array([1, 2]), np.array([0, 3]), np.array([2])]
     assert expected_reads(batches, budget_pages=10).tolist() == [0, 1, 2, 3]

@@ -8,7 +8,7 @@ failed its checksum.
 
 Reading ahead: :meth:`RemotePages.will_read` takes the pages a consumer is about to ask for, in order (the process
 cache passes the pages its epoch will read). Consecutive pages are fetched in one request (up to
-``request_bytes``), up to ``max_in_flight`` requests at once, and at most ``prefetch_bytes`` of pages are held
+``request_bytes``; smaller at the start of a plan: :func:`_run_size`), up to ``max_in_flight`` requests at once, and at most ``prefetch_bytes`` of pages are held
 ahead of the consumer. A page asked for out of that order is simply fetched when asked.
 
 Concurrency model: the consumer thread(s) call :meth:`page`; fetches run on a pool of ``max_in_flight`` threads.
@@ -180,14 +180,18 @@ class RemotePages:
         if self._closed:
             return
         run: list[int] = []
-        for page in self._plan[self._cursor : self._cursor + self._ahead_limit].tolist():
+        run_size = 0
+        window = self._plan[self._cursor : self._cursor + self._ahead_limit].tolist()
+        for position, page in enumerate(window, start=self._cursor):
             if len(self._ahead) + len(run) >= self._ahead_limit:
                 break
             if page in self._ahead or page in run or self._on_disk(page):
                 continue  # cached pages are read from disk when asked for: nothing to hold in memory
-            if run and (page != run[-1] + 1 or len(run) >= self._pages_per_request):
+            if run and (page != run[-1] + 1 or len(run) >= run_size):
                 self._submit(run)
                 run = []
+            if not run:
+                run_size = _run_size(position, self._pages_per_request)
             run.append(page)
         if run:
             self._submit(run)
@@ -216,6 +220,17 @@ class RemotePages:
                 future.run.cancel()
             self._ahead = {}
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_size(position: int, pages_per_request: int) -> int:
+    """Most pages in a request whose first page comes ``position`` pages into the plan: a quarter of the pages
+    planned before it, one at least, ``pages_per_request`` at most.
+
+    Requests in flight share the link, so a request completes only when about ``max_in_flight`` times its size
+    has arrived. Were the plan's first pages fetched in full-size requests, the consumer would wait for many
+    megabytes before its first page; growing requests from single pages let the first pages arrive after a few
+    pages' worth of transfer, while later requests, needed later, are large and few."""
+    return max(1, min(pages_per_request, position // 4))
 
 
 class _PageFuture:
