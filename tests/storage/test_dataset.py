@@ -406,3 +406,30 @@ def test_remote_shards_are_fetched_ahead_in_runs_of_pages(aligned):
             # SEQUENTIAL: each shard's 10 pages are planned ahead; the first 8 of each plan come one per request
             # (RemotePages grows its requests), the last two in one run. Unplanned, every page is one request.
             assert server.requests - opened <= 9 * len(urls) < pages
+
+
+def test_a_remote_shard_replaced_between_epochs_raises_naming_it_before_its_bytes_are_used(tmp_path):
+    pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
+    pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
+    from beton.storage.remote import RemoteOptions
+
+    from range_server import RangeServer
+
+    samples = [(small_image(i), i) for i in range(100)]
+    whole, parts, _ = write_split(tmp_path, IMAGE_FIELDS, samples, [0, 50, 100])
+    memory = ProcessCache(remote=RemoteOptions(retries=1, backoff=0.001, timeout=5.0))
+    with RangeServer(tmp_path) as server:
+        urls = [server.url(os.path.basename(part)) for part in parts]
+        with Loader(urls, batch_size=10, num_workers=1, memory=memory) as loader:
+            assert [int(label) for _, labels in loader for label in labels] == list(range(100))
+            # the second shard rewritten with other labels (same size: only its version markers tell)
+            os.makedirs(tmp_path / "new")
+            _, replaced, _ = write_split(tmp_path / "new", IMAGE_FIELDS, [(small_image(i), i + 1) for i in range(100)],
+                                         [0, 50, 100])
+            os.replace(replaced[1], parts[1])
+            labels_seen = []
+            with pytest.raises(FormatError, match="changed since it was opened") as raised:
+                for _, labels in loader:
+                    labels_seen += [int(label) for label in labels]
+            assert raised.value.path == urls[1]
+            assert labels_seen == []  # the epoch's first batch already raises, though it reads only the first shard
