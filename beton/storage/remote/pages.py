@@ -111,14 +111,18 @@ class RemotePages:
         maps to its error (raised when that page is asked for, not when a neighbour is)."""
         start, end = self.bounds(pages[0])[0], self.bounds(pages[-1])[1]
         what = f"page {pages[0]}" if len(pages) == 1 else f"pages {pages[0]}..{pages[-1]}"
-        data = memoryview(self.fetcher.fetch(start, end, what))
+        fetched = self.fetcher.fetch(start, end, what)
+        data = memoryview(fetched)
         with self._lock:
             self.pages_fetched += len(pages)
         result: dict[int, bytes | BaseException] = {}
         for page in pages:
             low, high = self.bounds(page)
+            # a page of its own run is the fetched bytes themselves; pages of a longer run are copied out, so that
+            # holding one page does not hold the whole run in memory
+            page_bytes = fetched if len(pages) == 1 else bytes(data[low - start : high - start])
             try:
-                result[page] = self._checked(page, bytes(data[low - start : high - start]))
+                result[page] = self._checked(page, page_bytes)
             except Exception as error:  # noqa: BLE001 - delivered to whoever asks for this page
                 result[page] = error
         return result
