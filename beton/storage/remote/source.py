@@ -39,7 +39,6 @@ class RemotePageSource:
         self.size = remote.size
         self._closed = False
         self._identity_check: concurrent.futures.Future | None = None
-        self._identity_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="beton-identity")
 
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
         self._await_identity()
@@ -73,7 +72,7 @@ class RemotePageSource:
     def check_path(self) -> None:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
-        self._identity_check = self._identity_pool.submit(self._remote.check_identity)
+        self._identity_check = self._pages.submit(self._remote.check_identity)  # on the fetch threads
 
     def _await_identity(self) -> None:
         """Raise if the epoch's identity check found the file changed (or could not ask); wait for it if needed.
@@ -87,4 +86,3 @@ class RemotePageSource:
         """Stop reading ahead (the Reader, which owns the remote file, can still read pages one by one)."""
         self._closed = True
         self._pages.close()
-        self._identity_pool.shutdown(wait=True, cancel_futures=True)
