@@ -8,8 +8,9 @@ failed its checksum.
 
 Reading ahead: :meth:`RemotePages.will_read` takes the pages a consumer is about to ask for, in order (the process
 cache passes the pages its epoch will read). Consecutive pages are fetched in one request (up to
-``request_bytes``; smaller at the start of a plan: :func:`_run_size`), up to ``max_in_flight`` requests at once, and at most ``prefetch_bytes`` of pages are held
-ahead of the consumer. A page asked for out of that order is simply fetched when asked.
+``request_bytes``; smaller at the start of a plan: :func:`_run_size`), up to ``max_in_flight`` requests at once,
+and at most ``prefetch_bytes`` of pages are held ahead of the consumer. A page asked for out of that order is
+simply fetched when asked.
 
 Concurrency model: the consumer thread(s) call :meth:`page`; fetches run on a pool of ``max_in_flight`` threads.
 ``_lock`` guards the plan, its cursor and the futures of pages fetched ahead; it is never held while waiting for

@@ -79,7 +79,10 @@ class RemotePageSource:
         A failed check stays pending, so every later read raises too."""
         pending = self._identity_check
         if pending is not None:
-            pending.result()
+            try:
+                pending.result()
+            except concurrent.futures.CancelledError:  # its fetch threads were stopped: the Loader was closed
+                raise LoaderError(f"{self.description}: the Loader was closed") from None
             self._identity_check = None
 
     def close(self) -> None:
