@@ -32,8 +32,8 @@ class RemoteOptions:
             disk cache, every epoch fetches its pages again.
         cache_limit: bytes the cache directory may hold (least recently used pages go first); None: no limit
             other than the cached files' sizes.
-        max_in_flight: range requests running at once. A store's latency is hidden while about its rate
-            times its latency is in flight (200 MB/s x 100 ms: 20 MB, 20 one-MiB pages).
+        max_in_flight: range requests running at once. Requests in flight share the link: more of them hide
+            more latency, fewer bring the next pages sooner (see docs/remote.md, "Reading ahead").
         retries: further attempts after a transient failure (timeout, reset, 5xx, short read, wrong checksum).
         backoff: seconds before the first retry; doubled for each further one (with jitter), at most
             ``max_backoff``.
@@ -45,7 +45,7 @@ class RemoteOptions:
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | None = None
-    max_in_flight: int = 16
+    max_in_flight: int = 8
     retries: int = 5
     backoff: float = 0.2
     max_backoff: float = 10.0
