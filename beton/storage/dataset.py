@@ -213,15 +213,12 @@ class ShardedPages:
 
     ``check()`` (per batch) checks the shards whose pages were read since the last check, so a batch's pages
     are always read before a check of their file passes, and one file's batches cost one check as before;
-    ``check_path()`` (per epoch) checks every shard: it stats the local ones and asks the store about the remote
-    ones, whose answers the epoch's first ``check()`` waits for (they arrive while the first pages are fetched:
-    :class:`~beton.storage.remote.source.RemotePageSource`). ``will_read`` works out the epoch's page reads once
+    ``check_path()`` (per epoch) checks every shard. ``will_read`` works out the epoch's page reads once
     (:func:`~beton.storage.remote.pages.expected_reads`, over the cache's one budget) and tells each remote
     shard its part, in order.
 
-    Concurrency: ``read_into`` runs in the page reader's thread, ``check`` in workers; a lock guards the set of
-    shards read since the last check (a shard joins it only once its read is complete) and whether the epoch's
-    identity answers are still to be checked.
+    Concurrency: ``read_into`` runs in the page reader's thread, ``check`` in workers; the set of shards read
+    since the last check is guarded by a lock, and a shard joins it only once its read is complete.
     """
 
     def __init__(self, dataset: ShardedDataset) -> None:
@@ -241,7 +238,6 @@ class ShardedPages:
             raise
         self._lock = threading.Lock()
         self._read_since_check: set[int] = set()
-        self._identities_asked = False
         self._closed = False
 
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
@@ -265,19 +261,25 @@ class ShardedPages:
             raise LoaderError(f"{self.description}: the Loader was closed")
         with self._lock:
             shards, self._read_since_check = self._read_since_check, set()
-            if self._identities_asked:  # the epoch's first batch: every remote shard's answer, read or not
-                shards |= set(self._remote)
-                self._identities_asked = False
         for shard in sorted(shards):
             self._sources[shard].check()
 
     def check_path(self) -> None:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
-        for source in self._sources:
-            source.check_path()  # a stat of a local file; a remote file's request is sent, its answer awaited later
-        with self._lock:
-            self._identities_asked = bool(self._remote)
+        remote = set(self._remote)
+        for number, source in enumerate(self._sources):
+            if number not in remote:
+                source.check_path()  # a stat
+        if len(remote) < 2:
+            for number in remote:
+                self._sources[number].check_path()
+            return
+        # a request per remote file: several at once, the first failure in order raised
+        with concurrent.futures.ThreadPoolExecutor(min(len(remote), _MAX_CONCURRENT_OPENS),
+                                                   thread_name_prefix="beton-identity") as pool:
+            for future in [pool.submit(self._sources[number].check_path) for number in self._remote]:
+                future.result()
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
         if not self._remote:

@@ -28,10 +28,9 @@ class PageSource(Protocol):
     ``out`` with the file's bytes from ``offset`` or raises a :class:`~beton.errors.BetonError` naming the
     source and ``what`` (e.g. "page 7"): never fewer bytes, never other bytes. ``check()`` raises if the file
     changed since it was opened (called per batch, so cheap); ``check_path()`` also checks that the name still
-    names the opened file (per epoch; a source with latency may send the question here and raise from the
-    epoch's first ``read_into`` or ``check``, before any of the epoch's bytes is used). ``close()`` releases
-    it. ``will_read(batch_pages, budget_pages)``: the heap pages each batch of the coming epoch needs and the
-    reader's page budget, so that a source with latency can fetch ahead (a local file ignores it).
+    names the opened file (per epoch). ``close()`` releases it. ``will_read(batch_pages, budget_pages)``: the
+    heap pages each batch of the coming epoch needs and the reader's page budget, so that a source with latency
+    can fetch ahead (a local file ignores it).
     """
 
     description: str

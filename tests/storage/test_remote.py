@@ -4,14 +4,12 @@ either gives the same data or raises a clear error, never other data."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
@@ -24,7 +22,6 @@ pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the
 import beton  # noqa: E402
 from beton.errors import BetonError, CorruptDataError, FormatError, StorageError  # noqa: E402
 from beton.memory import ProcessCache  # noqa: E402
-from beton.storage.page_source import open_page_source  # noqa: E402
 from beton.storage.remote import RemoteOptions, is_url  # noqa: E402
 from beton.storage.remote.cache import DiskPageCache  # noqa: E402
 from beton.storage.remote.pages import expected_reads  # noqa: E402
@@ -300,43 +297,6 @@ def test_a_file_replaced_on_the_server_is_noticed_at_the_next_epoch(tmp_path):
             list(loader)
         assert caught.value.path == server.url("data.beton")
         loader.close()
-
-
-def test_the_epoch_identity_question_does_not_hold_back_its_pages_but_guards_their_use(served, server):
-    """check_path() sends the question and returns; pages are fetched meanwhile; the first read waits for the
-    answer and raises if the file changed, before any byte is handed out."""
-    _, url, path = served
-    with beton.Reader(url, remote_options=FAST) as reader:
-        source = open_page_source(reader)
-        answer, asked = threading.Event(), threading.Event()
-        changed = FormatError("the remote file changed since it was opened")
-
-        def slow_store_answer() -> None:
-            asked.set()
-            assert answer.wait(10)
-            raise changed
-
-        reader.remote.check_identity = slow_store_answer
-        try:
-            source.check_path()  # returns while the store has not answered
-            assert asked.wait(10)
-            requested_before = server.requests
-            source.will_read([np.array([0, 1, 2])], budget_pages=8)
-            out = np.zeros(PAGE_SIZE, np.uint8)
-            reading = concurrent.futures.ThreadPoolExecutor(1).submit(source.read_into, reader.page_bounds(0)[0], out,
-                                                                      "page 0")
-            with pytest.raises(concurrent.futures.TimeoutError):
-                reading.result(timeout=0.3)  # the read waits for the answer...
-            assert server.requests > requested_before  # ...while the pages are already on their way
-            answer.set()
-            with pytest.raises(FormatError) as caught:
-                reading.result(timeout=10)
-            assert caught.value is changed and not out.any()  # nothing was copied out
-            with pytest.raises(FormatError):
-                source.check()  # and the loader's per-batch check keeps raising
-        finally:
-            answer.set()
-            source.close()
 
 
 @settings(max_examples=15)

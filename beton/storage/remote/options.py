@@ -32,8 +32,7 @@ class RemoteOptions:
             disk cache, every epoch fetches its pages again.
         cache_limit: bytes the cache directory may hold (least recently used pages go first); None: no limit
             other than the cached files' sizes.
-        max_in_flight: range requests running at once. Requests in flight share the link: more of them hide
-            more latency, fewer bring the next pages sooner (see docs/remote.md, "Reading ahead").
+        max_in_flight: range requests running at once.
         retries: further attempts after a transient failure (timeout, reset, 5xx, short read, wrong checksum).
         backoff: seconds before the first retry; doubled for each further one (with jitter), at most
             ``max_backoff``.

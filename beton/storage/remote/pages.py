@@ -24,7 +24,7 @@ import collections
 import concurrent.futures
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -217,11 +217,6 @@ class RemotePages:
         shared = self._pool.submit(self._fetch_run, list(run))
         for page in run:
             self._ahead[page] = _PageFuture(shared, page)
-
-    def submit(self, work: Callable[[], object]) -> concurrent.futures.Future:
-        """Run ``work`` on the fetch threads, after the requests already queued: a request about the file that
-        should neither wait in the consumer's thread nor need a thread of its own."""
-        return self._pool.submit(work)
 
     def close(self) -> None:
         with self._lock:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,16 +17,10 @@ __all__ = ["RemotePageSource"]
 class RemotePageSource:
     """Reads heap bytes of a validated remote file from checked pages.
 
-    Every page is checked against its CRC32 when it arrives, so bytes of a changed file cannot pass unnoticed.
-    ``check_path()`` (per epoch) asks the storage for the object's size and version markers (ETag, version id)
-    without waiting for the answer: a round trip to the store at every epoch's start would delay its first batch
-    by the store's latency. The epoch's first ``read_into`` or ``check()`` waits for it (by then its pages were
-    fetched at the same time) and raises if the file changed since opening, before any of its bytes is used;
-    after that ``check()`` (per batch) costs nothing. ``will_read`` starts fetching the pages an epoch will read,
-    several requests at once.
-
-    Concurrency: ``read_into`` runs in the page reader's thread and ``check`` in workers; the pending answer is
-    one future, whose result any thread may wait for.
+    ``check()`` (per batch) costs nothing: every page is checked against its CRC32 when it arrives, so bytes of
+    a changed file cannot pass unnoticed. ``check_path()`` (per epoch) asks the storage for the object's size
+    and version markers (ETag, version id) and raises if they changed since opening. ``will_read`` starts
+    fetching the pages an epoch will read, several requests at once.
     """
 
     def __init__(self, remote: RemoteFile) -> None:
@@ -38,10 +31,8 @@ class RemotePageSource:
         self.description = remote.url
         self.size = remote.size
         self._closed = False
-        self._identity_check: concurrent.futures.Future | None = None
 
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
-        self._await_identity()
         pages = self._pages
         end = offset + len(out)
         if offset < pages.heap_offset or end > pages.heap_offset + pages.heap_size:
@@ -67,23 +58,10 @@ class RemotePageSource:
     def check(self) -> None:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
-        self._await_identity()
 
     def check_path(self) -> None:
-        if self._closed:
-            raise LoaderError(f"{self.description}: the Loader was closed")
-        self._identity_check = self._pages.submit(self._remote.check_identity)  # on the fetch threads
-
-    def _await_identity(self) -> None:
-        """Raise if the epoch's identity check found the file changed (or could not ask); wait for it if needed.
-        A failed check stays pending, so every later read raises too."""
-        pending = self._identity_check
-        if pending is not None:
-            try:
-                pending.result()
-            except concurrent.futures.CancelledError:  # its fetch threads were stopped: the Loader was closed
-                raise LoaderError(f"{self.description}: the Loader was closed") from None
-            self._identity_check = None
+        self.check()
+        self._remote.check_identity()
 
     def close(self) -> None:
         """Stop reading ahead (the Reader, which owns the remote file, can still read pages one by one)."""
