@@ -234,7 +234,8 @@ def _run_size(position: int, pages_per_request: int) -> int:
     Requests in flight share the link, so a request completes only when about ``max_in_flight`` times its size
     has arrived. Were the plan's first pages fetched in full-size requests, the consumer would wait for many
     megabytes before its first page; growing requests from single pages let the first pages arrive after a few
-    pages' worth of transfer, while later requests, needed later, are large and few."""
+    pages' worth of transfer. (Runs form only from pages that enter the read-ahead window together: once the plan
+    is longer than the window, pages join it one by one and go one per request, as before.)"""
     return max(1, min(pages_per_request, position // 4))
 
 
