@@ -8,9 +8,12 @@ QUASI_RANDOM with 8-page windows, tests/range_server.py in its own process on a 
 * the local epoch (process cache) and a cold remote epoch (fresh disk cache): this process's CPU per MiB of the
   file, and the server's;
 * each part of the remote path alone, over the whole file: range requests of one page, 8 at once, through beton's
-  fetcher (fsspec and aiohttp: what the loader uses) and, for comparison, through the standard library's blocking
-  ``http.client`` reading into a preallocated buffer (a floor for any client written in Python); the server's CPU
-  during each; CRC32 of every page; storing every page in a fresh disk cache.
+  fetcher (fsspec and aiohttp: what the loader uses) and, for comparison: the same requests as coroutines on
+  fsspec's event loop, without a thread blocked per request; beton's fetcher from a second server whose link is
+  not throttled (the bytes arrive as fast as loopback carries them instead of in 64 KiB pieces spaced out in
+  time); the standard library's blocking ``http.client`` reading into a preallocated buffer (a floor for any
+  client written in Python). The server's CPU during each; CRC32 of every page; storing every page in a fresh
+  disk cache.
 
 A cold epoch needs the local epoch's CPU plus the fetching, checking and caching, plus (on this machine) the
 server's. When the local epoch already keeps every core busy, the cold epoch can be at most
@@ -20,6 +23,7 @@ client. Medians over rounds. Writes benchmarks/results/remote_cpu.json.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import http.client
 import os
@@ -31,6 +35,7 @@ import urllib.parse
 import zlib
 
 import cv2
+import fsspec
 
 from beton import Reader
 from beton.memory import ProcessCache
@@ -62,6 +67,24 @@ def fetch_with_beton(url: str, ranges: list[tuple[int, int]]) -> None:
     fetcher = RangeFetcher(url, RemoteOptions())
     with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
         list(pool.map(lambda bounds: fetcher.fetch(*bounds, "page"), ranges))
+
+
+def fetch_with_fsspec_async(url: str, ranges: list[tuple[int, int]]) -> None:
+    """The same requests as :func:`fetch_with_beton`, issued as coroutines on fsspec's event loop (8 at once)
+    instead of one blocked thread per request: what the threads and their hand-offs to the loop cost."""
+    fetcher = RangeFetcher(url, RemoteOptions())
+    path = fsspec.core.url_to_fs(url)[1]
+
+    async def everything() -> None:
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(start: int, end: int) -> bytes:
+            async with gate:
+                return await fetcher.fs._cat_file(path, start=start, end=end)
+
+        await asyncio.gather(*(one(*bounds) for bounds in ranges))
+
+    asyncio.run_coroutine_threadsafe(everything(), fetcher.fs.loop).result()
 
 
 def fetch_with_http_client(url: str, ranges: list[tuple[int, int]]) -> None:
@@ -113,6 +136,7 @@ def main() -> None:
         with make_loader(path) as loader:  # compile the kernels, warm the OS page cache
             epoch_rate(loader)
         server = ServerProcess(directory, RATE, 0.0)
+        unthrottled = ServerProcess(directory, 0.0, 0.0)  # rate 0: as fast as loopback carries the bytes
         url = server.url("photos.beton")
         try:
             for _ in range(arguments.repeats):
@@ -131,6 +155,10 @@ def main() -> None:
                 row["cold epoch"] = CPU_MS_PER_IMAGE["cold"] * arguments.images / megabytes
                 row["fetch (beton: fsspec, aiohttp)"], row["fetch (beton), server"] = measured(
                     server, lambda: fetch_with_beton(url, ranges), heap_megabytes)
+                row["fetch (fsspec, async)"], row["fetch (fsspec, async), server"] = measured(
+                    server, lambda: fetch_with_fsspec_async(url, ranges), heap_megabytes)
+                row["fetch (beton), unthrottled"], row["fetch (beton), unthrottled, server"] = measured(
+                    unthrottled, lambda: fetch_with_beton(unthrottled.url("photos.beton"), ranges), heap_megabytes)
                 row["fetch (http.client)"], row["fetch (http.client), server"] = measured(
                     server, lambda: fetch_with_http_client(url, ranges), heap_megabytes)
                 cpu = own_cpu()
@@ -147,6 +175,7 @@ def main() -> None:
                 print(result["rounds"][-1], flush=True)
         finally:
             server.stop()
+            unthrottled.stop()
     median = {name: statistics.median(r[name] for r in result["rounds"]) for name in result["rounds"][0]}
     local = median["local epoch"]
     checking = median["crc32"] + median["disk cache put"]
@@ -174,6 +203,10 @@ def markdown(result: dict) -> str:
              f"| cold remote epoch | {median['cold epoch']:.2f} | {median['cold epoch, server']:.2f} |",
              f"| fetch, beton (fsspec, aiohttp) | {median['fetch (beton: fsspec, aiohttp)']:.2f} | "
              f"{median['fetch (beton), server']:.2f} |",
+             f"| fetch, fsspec coroutines (no thread per request) | {median['fetch (fsspec, async)']:.2f} | "
+             f"{median['fetch (fsspec, async), server']:.2f} |",
+             f"| fetch, beton, unthrottled link | {median['fetch (beton), unthrottled']:.2f} | "
+             f"{median['fetch (beton), unthrottled, server']:.2f} |",
              f"| fetch, http.client | {median['fetch (http.client)']:.2f} | "
              f"{median['fetch (http.client), server']:.2f} |",
              f"| CRC32 | {median['crc32']:.2f} | |",

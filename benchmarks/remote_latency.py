@@ -10,7 +10,8 @@ ahead, the ratio does not move with latency, and what is left of the gap is the 
 (reported as this process's CPU milliseconds per image, all threads; the server's own CPU is not in it).
 Writes benchmarks/results/remote_latency.json. To tell where the CPU goes: ``--workers 1`` decodes in one thread
 (a core is left to the fetching and the server), ``--no-disk-cache`` reads without the disk page cache; those
-runs write remote_latency_w<W>[_no_disk_cache].json.
+runs write remote_latency_w<W>[_no_disk_cache].json. A longer epoch (``--images``) shows how much of the gap is the
+epoch's start (adds ``_<N>_images`` to the name).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ def main() -> None:
     parser.add_argument("--no-disk-cache", action="store_true", help="read remote pages without the disk cache")
     arguments = parser.parse_args()
     workers, disk_cache = arguments.workers, not arguments.no_disk_cache
-    results = RESULTS if (workers, disk_cache) == (2, True) else RESULTS.replace(
-        ".json", f"_w{workers}{'' if disk_cache else '_no_disk_cache'}.json")
+    suffix = ((f"_w{workers}" if (workers, disk_cache) != (2, True) else "")
+              + ("" if disk_cache else "_no_disk_cache")
+              + (f"_{arguments.images}_images" if arguments.images != 4000 else ""))
+    results = RESULTS.replace(".json", f"{suffix}.json")
     cv2.setNumThreads(1)
     result = {**run_header(), "images": arguments.images, "rate_bytes_per_second": RATE, "workers": workers,
               "disk_cache": disk_cache, "rounds": []}
