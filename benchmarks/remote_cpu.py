@@ -72,19 +72,18 @@ def fetch_with_beton(url: str, ranges: list[tuple[int, int]]) -> None:
 def fetch_with_fsspec_async(url: str, ranges: list[tuple[int, int]]) -> None:
     """The same requests as :func:`fetch_with_beton`, issued as coroutines on fsspec's event loop (8 at once)
     instead of one blocked thread per request: what the threads and their hand-offs to the loop cost."""
-    fetcher = RangeFetcher(url, RemoteOptions())
-    path = fsspec.core.url_to_fs(url)[1]
+    fs, path = fsspec.core.url_to_fs(url)
 
     async def everything() -> None:
         gate = asyncio.Semaphore(IN_FLIGHT)
 
         async def one(start: int, end: int) -> bytes:
             async with gate:
-                return await fetcher.fs._cat_file(path, start=start, end=end)
+                return await fs._cat_file(path, start=start, end=end)
 
         await asyncio.gather(*(one(*bounds) for bounds in ranges))
 
-    asyncio.run_coroutine_threadsafe(everything(), fetcher.fs.loop).result()
+    asyncio.run_coroutine_threadsafe(everything(), fs.loop).result()
 
 
 def fetch_with_http_client(url: str, ranges: list[tuple[int, int]]) -> None:

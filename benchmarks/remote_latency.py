@@ -43,7 +43,7 @@ def main() -> None:
     workers, disk_cache = arguments.workers, not arguments.no_disk_cache
     suffix = ((f"_w{workers}" if (workers, disk_cache) != (2, True) else "")
               + ("" if disk_cache else "_no_disk_cache")
-              + (f"_{arguments.images}_images" if arguments.images != 4000 else ""))
+              + (f"_{arguments.images}_images" if arguments.images != parser.get_default("images") else ""))
     results = RESULTS.replace(".json", f"{suffix}.json")
     cv2.setNumThreads(1)
     result = {**run_header(), "images": arguments.images, "rate_bytes_per_second": RATE, "workers": workers,
