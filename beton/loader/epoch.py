@@ -27,7 +27,9 @@ Concurrency model
   the gate (which ends the page reader's walk too), wakes every thread and joins the workers. An iterator
   closed because the Loader started another epoch raises :class:`~beton.errors.LoaderError` when asked for
   more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``
-  and the engine, never the iterator, so dropping the iterator is enough to collect it.
+  and the engine, never the iterator, so dropping the iterator is enough to collect it. The iterator holds its
+  Loader (which holds it only weakly): a Loader referenced by nothing but its iterator (``for x in
+  Loader(...)``) lives until the iterator is dropped.
 """
 
 from __future__ import annotations
@@ -132,8 +134,10 @@ class EpochEngine:
 
     # ---- an epoch --------------------------------------------------------------------------------------------
 
-    def start(self, epoch: int, batches: Sequence[np.ndarray], first: int, seed: int) -> EpochIterator:
-        """Start computing ``batches[first:]`` of epoch ``epoch``; the iterator hands them to the loop."""
+    def start(self, epoch: int, batches: Sequence[np.ndarray], first: int, seed: int,
+              owner: object = None) -> EpochIterator:
+        """Start computing ``batches[first:]`` of epoch ``epoch``; the iterator hands them to the loop and keeps
+        ``owner`` (the Loader) alive as long as it lives itself."""
         keys = {(s.output, s.position): operation_key(seed, epoch, s.output, s.position)
                 for stage in self.plan.stages for s in stage.steps}
         gate = SlotGate(len(self.slots), first)
@@ -141,7 +145,7 @@ class EpochEngine:
         self.memory.start_epoch(EpochReads(batches, first, self._payloads, self._read_pieces(self.fidelity, keys),
                                            gate))
         try:
-            return EpochIterator(self, _Epoch(epoch, batches, seed, keys), first, gate)
+            return EpochIterator(self, _Epoch(epoch, batches, seed, keys), first, gate, owner)
         except BaseException:
             gate.close()
             raise
@@ -252,8 +256,11 @@ class EpochIterator:
     batches still to come.
     """
 
-    def __init__(self, engine: EpochEngine, epoch: _Epoch, first: int, gate: SlotGate) -> None:
+    def __init__(self, engine: EpochEngine, epoch: _Epoch, first: int, gate: SlotGate, owner: object = None) -> None:
         self.epoch = epoch.number
+        # `for x in Loader(...)` and `next(iter(Loader(...)))` hold only the iterator: it must keep the Loader
+        # (whose finaliser closes the epoch and the memory layer) alive until the iterator itself is dropped.
+        self._owner = owner
         self.progress = Progress(epoch.number, first, len(epoch.batches))
         self._engine = engine
         self._state = _EpochState(first, len(epoch.batches), gate)
@@ -288,9 +295,13 @@ class EpochIterator:
             _compute_and_publish(state, batch, self._compute)
         state.gate.asked_for(batch)  # the previous batch's slot may be reused from now on
         with state.condition:
+            # Results and liveness are read under one hold of the lock: a worker publishes under it, so a worker
+            # found dead here has published everything it ever will before the results were read.
             while batch not in state.results:
-                if not state.condition.wait(_WAIT_SECONDS) and not any(t.is_alive() for t in self._threads):
-                    raise RuntimeError("beton worker threads ended without producing a batch")  # a bug
+                if not any(thread.is_alive() for thread in self._threads):
+                    raise LoaderError(f"beton's worker threads ended without producing batch {batch} of epoch "
+                                      f"{self.epoch} (a bug in beton: please report it)")
+                state.condition.wait(_WAIT_SECONDS)
             ok, value = state.results.pop(batch)
         if not ok:
             self.close()

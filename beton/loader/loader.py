@@ -239,7 +239,7 @@ class Loader:
         if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
         epoch = self._next_epoch
-        iterator = self._engine.start(epoch, self.epoch_batches(epoch), self._next_batch, self.seed)
+        iterator = self._engine.start(epoch, self.epoch_batches(epoch), self._next_batch, self.seed, owner=self)
         self._next_epoch, self._next_batch = epoch + 1, 0
         self._progress = iterator.progress
         self._active = weakref.ref(iterator)
@@ -353,6 +353,11 @@ class Loader:
         self._close_active()
         self.memory.close()
 
+    def __reduce__(self) -> tuple:
+        """``pickle``, ``copy.copy`` and ``copy.deepcopy`` give a new Loader configured as this one, at this one's
+        ``state_dict()`` (files are opened and threads started anew: nothing running is shared)."""
+        return _rebuilt, (self._arguments, self.state_dict())
+
     def __enter__(self) -> Loader:
         return self
 
@@ -364,6 +369,12 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def _rebuilt(arguments: Mapping[str, Any], state: Mapping[str, Any]) -> Loader:
+    loader = Loader(**{**arguments, "seed": state["seed"]})
+    loader.load_state_dict(state)
+    return loader
 
 
 def _pipelines_fingerprint(pipelines: Mapping[str, Sequence[Any] | None] | None) -> tuple:
