@@ -10,6 +10,7 @@ from beton.errors import (
     FormatError,
     LoaderError,
     PipelineError,
+    ResumeError,
     StorageError,
     WriterError,
 )
@@ -44,5 +45,6 @@ __all__ = [
     "WriterError",
     "PipelineError",
     "LoaderError",
+    "ResumeError",
     "StorageError",
 ]

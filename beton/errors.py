@@ -13,6 +13,7 @@
     ├── WriterError (RuntimeError)              writing failed for another reason (a worker process died)
     ├── PipelineError (TypeError)               a loader pipeline is built wrongly
     ├── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
+    ├── ResumeError (ValueError)                a state_dict that is not this loader's (another file, order, seed)
     ├── StorageError (OSError)                  remote storage kept failing to deliver a file's bytes
     └── ShardNotFoundError (FileNotFoundError)  a dataset names a file that is not there (a shard, a glob)
 
@@ -46,6 +47,7 @@ __all__ = [
     "WriterError",
     "PipelineError",
     "LoaderError",
+    "ResumeError",
     "StorageError",
     "ShardNotFoundError",
 ]
@@ -122,6 +124,11 @@ class PipelineError(BetonError, TypeError):
 
 class LoaderError(BetonError, RuntimeError):
     """A loader is used in a way it cannot serve, such as an epoch iterator superseded by a newer one."""
+
+
+class ResumeError(BetonError, ValueError):
+    """A ``state_dict`` cannot resume this Loader: it is malformed, or was saved over another dataset, selection
+    of samples, order or seed (the message names which differs)."""
 
 
 class StorageError(BetonError, OSError):

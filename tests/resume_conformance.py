@@ -31,6 +31,11 @@ def fingerprint(batch: Any) -> tuple:
     return tuple(one(value) for value in batch)
 
 
+def where(state: dict) -> tuple[int, int, int]:
+    """A state's (seed, epoch, position)."""
+    return state["seed"], state["epoch"], state["position"]
+
+
 def epoch_of(resumable: Any) -> list[tuple]:
     """One epoch (the next ``iter()``), fingerprinted."""
     return [fingerprint(batch) for batch in resumable]
@@ -52,7 +57,7 @@ def check_resume(make: Callable[[], Any], midpoint: int | str, epochs: int = 3) 
     length = len(expected[1])
     midpoint = length if midpoint == "end" else midpoint
     assert 0 <= midpoint <= length, f"midpoint {midpoint} outside epoch 1's {length} batches"
-    assert final_state["epoch"] == epochs and final_state["position"] == 0
+    assert (final_state["epoch"], final_state["position"], final_state["samples"]) == (epochs, 0, 0)
 
     with make() as interrupted:
         assert epoch_of(interrupted) == expected[0]
@@ -80,7 +85,7 @@ def _check_continuation(resumable: Any, state: dict, received: list[tuple], expe
     epoch = state["epoch"]
     if state["position"]:
         assert received + epoch_of(resumable) == expected[epoch]
-        assert resumable.state_dict() == {"seed": state["seed"], "epoch": epoch + 1, "position": 0}
+        assert resumable.state_dict() == {**state, "epoch": epoch + 1, "position": 0, "samples": 0}
         epoch += 1
     for number in range(epoch, len(expected)):
         assert epoch_of(resumable) == expected[number], f"epoch {number} differs after resuming from {state}"

@@ -9,7 +9,7 @@ def test_top_level_exports():
     assert sorted(beton.__all__) == sorted([
         "DatasetWriter", "Loader", "OrderOption", "Reader", "verify", "VerifyReport", "BetonError", "FormatError", "CorruptDataError",
         "FieldError", "EncodeError", "DecodeError", "DatasetError", "WriterError", "PipelineError",
-        "LoaderError", "StorageError",
+        "LoaderError", "ResumeError", "StorageError",
     ])
     assert all(hasattr(beton, name) for name in beton.__all__)
 

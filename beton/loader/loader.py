@@ -20,17 +20,19 @@ import numpy as np
 import torch
 
 from beton._cores import resolve_workers
-from beton.errors import PipelineError
+from beton.errors import PipelineError, ResumeError
 from beton.fields.base import Field
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
 from beton.loader.options import (CompileOptions, legacy_keywords, resolve_compile_options, resolve_memory,
                                   resolve_order_kwargs)
 from beton.loader.pipelines import resolve_pipelines
+from beton.loader.resume import Identity, ResumeState, describe_order, indices_digest
 from beton.memory import OSCache
 from beton.memory.base import MemoryStrategy, StoredField
 from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
+from beton.order.remainder import Interruption, consumed_and_left, remainder
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
-from beton.storage.dataset import OpenedDataset, open_dataset
+from beton.storage.dataset import OpenedDataset, content_digest, open_dataset
 from beton.storage.remote import is_url
 from beton.storage.shards import Source, names_one_file
 from beton.threading_layer import ensure_thread_safe_layer
@@ -149,8 +151,7 @@ class Loader:
     ) -> None:
         self._active: weakref.ref[EpochIterator] | None = None  # first: close() must work if __init__ fails
         legacy = legacy_keywords(deprecated)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        batch_size = _positive_int("batch_size", batch_size)
         one_file = names_one_file(path)
         unmapped = not one_file or is_url(path)  # several files, or a URL: no memory map can hold them
         if unmapped and memory is None and os_cache is None:
@@ -198,7 +199,12 @@ class Loader:
         self._compile_pipelines()
         self._next_epoch = 0
         self._next_batch = 0
+        # earlier plans of the next epoch: a state saved under another world size or batch size (beton.order.remainder)
+        self._resumed: tuple[Interruption, ...] = ()
         self._progress: Progress | None = None  # the latest epoch's, kept after its iterator is gone
+        self._progress_resumed: tuple[Interruption, ...] = ()  # and the earlier plans it went on from
+        self._order_cache: tuple[tuple, np.ndarray] | None = None  # (what it was computed for, the global order)
+        self._identity_cache: Identity | None = None
 
     def _compile_pipelines(self) -> None:
         """Plan the pipelines as their operations are now, compile them, and build the engine (with its slots)."""
@@ -219,11 +225,34 @@ class Loader:
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of an epoch, as arrays of sample indices (a pure function of seed and epoch)."""
-        permutation = self.order.permutation(self.indices, self.seed, epoch, self._order_context)
-        mine = shard(np.asarray(permutation, dtype=np.int64), self.rank, self.world_size, self.drop_last,
+        return self._batches(epoch, ())
+
+    def _batches(self, epoch: int, resumed: tuple[Interruption, ...]) -> list[np.ndarray]:
+        """This rank's batches of the epoch's order after the earlier plans ``resumed`` (all of it if none)."""
+        mine = shard(self._epoch_order(epoch, resumed), self.rank, self.world_size, self.drop_last,
                      pad=lambda order, total: self.order.pad(order, total, self._order_context))
         count = len(mine) // self.batch_size if self.drop_last else -(-len(mine) // self.batch_size)
         return [mine[b * self.batch_size : (b + 1) * self.batch_size] for b in range(count)]
+
+    def _epoch_order(self, epoch: int, resumed: tuple[Interruption, ...]) -> np.ndarray:
+        """The epoch's global order, less what the earlier plans ``resumed`` delivered of it."""
+        order = self._permutation(epoch, resumed[0] if resumed else None)
+        for cut in resumed:
+            order = remainder(order, cut)
+        return order
+
+    def _permutation(self, epoch: int, first: Interruption | None) -> np.ndarray:
+        """The epoch's global order as its first plan (``first``, else this Loader's own) made it: an order may
+        depend on the world size, batch size and drop_last. The latest is kept: state_dict() asks again."""
+        context = self._order_context
+        if first is not None:
+            context = dataclasses.replace(context, world_size=first.world_size, batch_size=first.batch_size,
+                                          drop_last=first.drop_last)
+        key = (self.order, self.seed, epoch, context.world_size, context.batch_size, context.drop_last)
+        if self._order_cache is None or self._order_cache[0] != key:
+            permutation = self.order.permutation(self.indices, self.seed, epoch, context)
+            self._order_cache = (key, np.asarray(permutation, dtype=np.int64))
+        return self._order_cache[1]
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -238,10 +267,14 @@ class Loader:
         self._close_active(supersede=True)
         if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
-        epoch = self._next_epoch
-        iterator = self._engine.start(epoch, self.epoch_batches(epoch), self._next_batch, self.seed, owner=self)
-        self._next_epoch, self._next_batch = epoch + 1, 0
-        self._progress = iterator.progress
+        epoch, resumed = self._next_epoch, self._resumed
+        batches = self._batches(epoch, resumed)
+        if self._next_batch > len(batches):
+            raise ResumeError(f"the state's position {self._next_batch} lies past the {len(batches)} batches of "
+                              f"epoch {epoch} on this rank")
+        iterator = self._engine.start(epoch, batches, self._next_batch, self.seed, owner=self)
+        self._next_epoch, self._next_batch, self._resumed = epoch + 1, 0, ()
+        self._progress, self._progress_resumed = iterator.progress, resumed
         self._active = weakref.ref(iterator)
         return iterator
 
@@ -290,30 +323,67 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
-        self._next_epoch, self._next_batch = int(epoch), 0
+        self._next_epoch, self._next_batch, self._resumed = int(epoch), 0, ()
         self._progress = None  # state_dict() now names this epoch's start, not an interrupted one
 
     # ---- resume -------------------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, int]:
-        """(seed, epoch, position): enough to resume exactly where the training loop is; ``position`` is the
-        number of the next batch of the epoch the loop would receive.
+    def state_dict(self) -> dict[str, Any]:
+        """Where the training loop is, and what that means something for: enough to resume exactly, on this many
+        ranks or another (see :mod:`beton.loader.resume` for the keys).
 
-        While an epoch is unfinished - running, or left by ``break``, an exception or Ctrl-C - the position is
-        the one after the last batch the loop received, so a checkpoint saved on interrupt resumes the
-        interrupted epoch. Otherwise it is the start of the next epoch.
+        ``epoch`` and ``position`` (the number of the next batch of the epoch the loop would receive) say where;
+        ``samples`` how many samples of the epoch every rank together received. While an epoch is unfinished -
+        running, or left by ``break``, an exception or Ctrl-C - the position is the one after the last batch the
+        loop received, so a checkpoint saved on interrupt resumes the interrupted epoch. Otherwise it is the start
+        of the next epoch. The ranks of a distributed job move in step, so every rank's state is the same: save
+        any one (usually rank 0's).
         """
         progress = self._progress
         if progress is not None and not progress.finished:
-            return {"seed": self.seed, "epoch": progress.epoch, "position": progress.next_batch}
-        return {"seed": self.seed, "epoch": self._next_epoch, "position": self._next_batch}
+            epoch, position, resumed = progress.epoch, progress.next_batch, self._progress_resumed
+        else:
+            epoch, position, resumed = self._next_epoch, self._next_batch, self._resumed
+        plan = Interruption(self.world_size, self.batch_size, self.drop_last, position)
+        samples = 0
+        if resumed or position:
+            count = len(self._permutation(epoch, resumed[0] if resumed else None))
+            for cut in (*resumed, plan):
+                received, count = consumed_and_left(count, cut)
+                samples += received
+        return ResumeState(self.seed, epoch, position, samples, plan, resumed, self._identity()).to_dict()
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """The next iteration yields exactly the batches an uninterrupted run would have yielded next."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from ``state`` (from ``state_dict()``): the next iteration yields exactly what the interrupted run
+        would have yielded next.
+
+        Under another world size, batch size or ``drop_last`` than the state's, the interrupted epoch goes on with
+        every sample it had yet to deliver, each once across the new ranks (padded or cut as ``drop_last`` says;
+        see :mod:`beton.order.remainder`), and the next epochs are those a fresh run of this Loader gives. A state
+        saved over another dataset (by content), selection of samples, order, or another seed than the one this
+        Loader was given raises :class:`~beton.errors.ResumeError` naming what differs; a Loader built with
+        ``seed=None`` takes the state's seed.
+        """
+        parsed = ResumeState.parse(state)
+        parsed.check(self._identity(), self._arguments["seed"])
         self._close_active(supersede=True)
-        self.seed = int(state["seed"])
-        self._next_epoch, self._next_batch = int(state["epoch"]), int(state["position"])
+        if parsed.seed != self.seed:
+            self.seed = parsed.seed
+            if isinstance(self.order, TraversalOrderAdapter):  # FFCV's orders read the seed when built
+                self.order = self._resolve_order(self._arguments["order"], self._arguments["order_kwargs"])
+        if (parsed.plan.world_size, parsed.plan.batch_size, parsed.plan.drop_last) == (
+                self.world_size, self.batch_size, self.drop_last):
+            resumed, position = parsed.resumed, parsed.position  # the same plan: its next batch
+        else:  # another plan: the rest of the epoch, planned anew
+            resumed, position = parsed.resumed + ((parsed.plan,) if parsed.position else ()), 0
+        self._next_epoch, self._next_batch, self._resumed = parsed.epoch, position, resumed
         self._progress = None
+
+    def _identity(self) -> Identity:
+        if self._identity_cache is None:
+            self._identity_cache = Identity(content_digest(self.reader), indices_digest(self.indices),
+                                            describe_order(self.order))
+        return self._identity_cache
 
     # ---- inspection and teardown ---------------------------------------------------------------------------
 
@@ -424,6 +494,12 @@ def _resolve_shard(distributed: bool, rank: int | None, world_size: int | None) 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
     return rank, world_size
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return int(value)
 
 
 def _resolve_batches_ahead(batches_ahead: int | None, prefetch_factor: int | None, num_workers: int) -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -46,14 +47,14 @@ import numpy as np
 from beton.errors import BetonError, LoaderError, ShardError, ShardNotFoundError, locate
 from beton.fields.base import Field
 from beton.storage import page_source
-from beton.storage.manifest import Manifest
+from beton.storage.manifest import Manifest, header_digest
 from beton.storage.page_source import PageSource
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions, is_url
 from beton.storage.remote.pages import expected_reads
 from beton.storage.shards import Source, dataset_manifest, names_one_file
 
-__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "OpenedDataset"]
+__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "content_digest", "OpenedDataset"]
 
 _MAX_CONCURRENT_OPENS = 16  # remote shards whose headers and tables are fetched at once
 
@@ -74,6 +75,19 @@ def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | N
     manifest = dataset_manifest(source, storage_options=storage_options, remote_options=remote_options)
     return ShardedDataset(manifest, description=_describe(source, manifest), custom_fields=custom_fields,
                           max_image_pixels=max_image_pixels, remote_options=remote_options)
+
+
+def content_digest(dataset: OpenedDataset) -> str:
+    """A short hex digest naming the dataset's content, not where it lies (the same on another node, under another
+    path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page),
+    or, for an FFCV file (no checksums), of its tables."""
+    if isinstance(dataset, ShardedDataset):
+        parts = [shard.header_sha256 for shard in dataset.manifest.shards]
+    elif dataset.checksummed:
+        parts = [header_digest(dataset.header.tobytes())]
+    else:
+        parts = [hashlib.sha256(dataset.data_table.tobytes() + dataset.allocation_table.tobytes()).hexdigest()]
+    return hashlib.blake2b("/".join(parts).encode(), digest_size=8).hexdigest()
 
 
 def open_page_source(dataset: OpenedDataset) -> PageSource:
