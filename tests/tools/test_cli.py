@@ -37,7 +37,7 @@ def test_verify_ok_and_corrupt(mixed_file, tmp_path):
     bad.write_bytes(bytes(data))
     result = run("verify", bad)
     assert result.returncode == 1
-    assert "page 0" in result.stderr and "sample 0" in result.stderr
+    assert "page 0" in result.stderr and "samples 0..11 (12 samples)" in result.stderr
 
 
 def test_bad_input(tmp_path):
