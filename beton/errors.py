@@ -138,8 +138,9 @@ class StorageError(BetonError, OSError):
 
 
 class ShardNotFoundError(BetonError, FileNotFoundError):
-    """A dataset of several files names one that is not there: a glob that matches nothing, or a shard (listed
-    in a manifest or named in a list) that is missing. ``path`` is the shard's path or URL (or the glob)."""
+    """A dataset of several files names one that is not there: a glob that matches nothing (or a glob over HTTP,
+    which cannot list files), or a shard (listed in a manifest or named in a list) that is missing. ``path`` is the
+    shard's path or URL (or the glob)."""
 
 
 def locate(error: _Error, *, note: str | None = None, **where: object) -> _Error:

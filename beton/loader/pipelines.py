@@ -2,12 +2,14 @@
 
 Rules: a field without a pipeline gets its default (``Field.default_pipeline``: its decoder, then ToTensor);
 ``None`` drops a field; an ``nn.Module`` or a plain callable in a pipeline is wrapped in ModuleWrapper; the
-user's dict and lists are read, never modified.
+user's dict and lists are read, never modified. :func:`check_pipelines` refuses the argument's usual slips (a list
+instead of a dict, one operation instead of a list, a class instead of an instance) naming the fix, before anything
+else reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,12 +20,52 @@ from beton.pipeline.ffcv_contract import FFCVOperation, follows_ffcv_contract, h
 from beton.pipeline.operation import Operation
 from beton.transforms.torch_ops import ModuleWrapper
 
-__all__ = ["resolve_pipelines"]
+__all__ = ["check_pipelines", "resolve_pipelines"]
+
+
+def check_pipelines(pipelines: Any) -> None:
+    """Refuse a ``pipelines=`` argument that is not a dict of field name -> list of operation instances (or None),
+    with a PipelineError naming the argument and the fix; the file is not needed (the fields are checked later)."""
+    if pipelines is None:
+        return
+    if not isinstance(pipelines, Mapping):
+        hint = (": name the field each list is for, as pipelines={'image': [...], 'label': [...]}"
+                if isinstance(pipelines, (list, tuple)) else "")
+        raise PipelineError("pipelines must be a dict field name -> list of operations (None drops a field), got "
+                            f"{_a(pipelines)}{hint}")
+    for name, operations in pipelines.items():
+        if not isinstance(name, str):
+            raise PipelineError(f"pipelines must be keyed by field name, got the key {name!r} ({_a(name)})")
+        if operations is None:
+            continue
+        if isinstance(operations, (str, bytes, Mapping, Iterator)) or not isinstance(operations, Iterable):
+            # an iterator would be used up by the first of the loader's readings
+            single = isinstance(operations, type) or isinstance(operations, Operation) or callable(operations)
+            raise PipelineError(f"pipeline {name!r} must be a list of operations (or None to drop the field), got "
+                                f"{_a(operations)}" + (f": write [{_instance(operations)}]" if single else ""))
+        for operation in operations:
+            if isinstance(operation, type):
+                raise PipelineError(f"pipeline {name!r}: {operation.__name__} is a class; pass an instance: "
+                                    f"{_instance(operation)}")
+
+
+def _a(value: Any) -> str:
+    """``a list``, ``an IntDecoder``, ``the class IntDecoder``: what the user passed."""
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    kind = type(value).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
+def _instance(operation: Any) -> str:
+    """How the user writes ``operation`` as an instance: ``IntDecoder()`` for the class, its repr otherwise."""
+    return f"{operation.__name__}()" if isinstance(operation, type) else repr(operation)
 
 
 def resolve_pipelines(
     fields: Mapping[str, Field], pipelines: Mapping[str, Sequence[Any] | None] | None
 ) -> list[tuple[str, str, Field, list[Operation]]]:
+    check_pipelines(pipelines)
     pipelines = dict(pipelines or {})
     unknown = set(pipelines) - set(fields)
     if unknown:
@@ -36,7 +78,7 @@ def resolve_pipelines(
         if isinstance(field, UnknownField):
             raise PipelineError(f"field {name!r}: {field.reason}")
         if name in pipelines:
-            operations = [_wrap(op) for op in pipelines[name]]
+            operations = [_wrap(name, op) for op in pipelines[name]]
         else:
             try:
                 operations = list(field.default_pipeline())
@@ -64,11 +106,11 @@ def _check_shared_state_placed_once(resolved: list[tuple[str, str, Field, list[O
                                 "operation placed once: give each pipeline its own instance")
 
 
-def _wrap(operation: Any) -> Operation:
+def _wrap(name: str, operation: Any) -> Operation:
     if follows_ffcv_contract(operation):
         return FFCVOperation(operation)
     if isinstance(operation, Operation):
         return operation
     if isinstance(operation, torch.nn.Module) or callable(operation):
         return ModuleWrapper(operation)
-    raise PipelineError(f"{operation!r} is neither an Operation nor a callable")
+    raise PipelineError(f"pipeline {name!r}: {operation!r} is neither an Operation nor a callable")

@@ -7,7 +7,9 @@
 * a path or URL ending in ``.json`` (any case) is a manifest file (:func:`~beton.storage.manifest.read_manifest`);
 * a local path with ``*``, ``?`` or ``[`` that names no existing file is a glob, and so is a URL with ``*``, ``?``
   or ``[`` (except HTTP(S), which cannot list; there ``?`` starts a query): the matches, sorted by name, so shards
-  are named with zero-padded numbers (``train-00007-of-00064.beton``);
+  are named with zero-padded numbers (``train-00007-of-00064.beton``); an HTTP(S) URL with ``*`` or ``[`` in its
+  path is refused (:class:`~beton.errors.ShardNotFoundError`, before any request) rather than fetched as a file
+  of that name: its shards are named by a list of URLs or a manifest file;
 * anything else is one beton file.
 
 A list concatenates what each entry names, in order. The fields of every file must be those of the first (the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import glob
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
@@ -121,12 +124,29 @@ def _concatenate(parts: list[Manifest]) -> Manifest:
 
 def _is_glob(item: str) -> bool:
     """Whether the path or URL ``item`` is a glob (module docstring): a local path with a glob character that
-    names no existing file, or a URL other than HTTP(S) with one."""
+    names no existing file, or a URL other than HTTP(S) with one. An HTTP(S) URL that looks like a glob raises
+    :class:`~beton.errors.ShardNotFoundError` (every road from a name to files passes here)."""
     if not any(character in item for character in _GLOB_CHARACTERS):
         return False
     if is_url(item):
-        return not item.lower().startswith(("http://", "https://"))  # HTTP cannot list, and '?' starts a query
+        if not item.lower().startswith(("http://", "https://")):
+            return True
+        _refuse_http_glob(item)
+        return False  # '?' starts a query
     return not os.path.exists(item)
+
+
+def _refuse_http_glob(url: str) -> None:
+    """HTTP has no listing (fsspec's HTTP glob reads the links of an HTML index page, which a file server or a
+    bucket's HTTP face need not serve), so a URL whose path holds ``*`` or ``[`` (``[`` is not allowed unescaped in
+    a URL's path; a host's ``[::1]`` is not its path) is refused before a request, not fetched as a file of that
+    name."""
+    if any(character in urllib.parse.urlsplit(url).path for character in ("*", "[")):
+        raise locate(ShardNotFoundError(
+            "a glob over HTTP(S) cannot be expanded: HTTP cannot list files. Globs work on local paths and on "
+            "stores that list (s3://, gs://, ...); for shards served over HTTP, name them by a list of URLs or by "
+            "a manifest file written by `beton index` (a file whose name holds '*' is written %2A in its URL)"),
+            path=url)
 
 
 def _expand(item: str, storage_options: Mapping[str, Any] | None) -> list[str]:

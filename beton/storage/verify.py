@@ -38,7 +38,8 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
 
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
     opening, or for a record its field cannot read, such as an array payload of the wrong size) or
-    :class:`~beton.errors.CorruptDataError` naming the first bad page and the first sample with a payload on it.
+    :class:`~beton.errors.CorruptDataError` naming the first bad page and the samples with payload bytes on it (a
+    page has one CRC32, so the damaged one cannot be told from the others on its page).
     """
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_limit": cache_limit,
               "remote_options": remote_options}
@@ -62,16 +63,41 @@ def verify_reader(reader: Reader) -> VerifyReport:
         return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map))
 
 
+_SAMPLES_LISTED = 8  # samples a page error names one by one; beyond, it names runs (at most this many) and a count
+
+
 def page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataError:
-    """The error for a bad page, naming the first sample with a payload on it (and that payload's field)."""
-    error = locate(CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match"),
-                   page=page)
+    """The error for a bad page, naming every sample with payload bytes on it (and their fields): one CRC32 covers
+    the whole page, so any of them may hold the damaged byte. ``sample`` and ``field`` are set only when the page
+    holds a single one."""
     table = reader.allocation_table
+    samples = columns = np.zeros(0, np.int64)
     if table.size:
         offsets = table["offset"].astype(np.int64)
         touches = (offsets < end) & (offsets + table["size"].astype(np.int64) > start)
-        hits = np.argwhere(touches)
-        if len(hits):
-            sample, column = (int(i) for i in hits[0])
-            locate(error, sample=sample, field=reader.field_of_column(column))
-    return error
+        samples = np.flatnonzero(touches.any(axis=1))
+        columns = np.flatnonzero(touches.any(axis=0))
+    fields = [reader.field_of_column(int(column)) for column in columns]
+    if samples.size:
+        held = (f"it holds payload bytes of {_samples_text(samples)} in {'field' if len(fields) == 1 else 'fields'} "
+                f"{', '.join(map(repr, fields))}, one or more of them damaged: write the file again from its source")
+    else:
+        held = "it holds no payload bytes (the damage lies between payloads)"
+    error = CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match; {held}")
+    return locate(error, page=page, sample=int(samples[0]) if samples.size == 1 else None,
+                  field=fields[0] if len(fields) == 1 else None)
+
+
+def _samples_text(samples: np.ndarray) -> str:
+    """``sample 4``, ``samples 3, 4 and 9`` or, past a few, their runs: ``samples 0..99, 120..180 (162 samples)``."""
+    if samples.size == 1:
+        return f"sample {int(samples[0])}"
+    if samples.size <= _SAMPLES_LISTED:
+        listed = [str(int(sample)) for sample in samples]
+        return f"samples {', '.join(listed[:-1])} and {listed[-1]}"
+    breaks = np.flatnonzero(np.diff(samples) != 1) + 1
+    firsts, lasts = samples[np.r_[0, breaks]], samples[np.r_[breaks - 1, samples.size - 1]]
+    runs = [f"{int(first)}..{int(last)}" if last > first else str(int(first))
+            for first, last in zip(firsts[:_SAMPLES_LISTED], lasts[:_SAMPLES_LISTED])]
+    more = ", ..." if firsts.size > _SAMPLES_LISTED else ""
+    return f"samples {', '.join(runs)}{more} ({samples.size} samples)"

@@ -109,17 +109,21 @@ def test_a_bit_flip_anywhere_is_detected(mixed_file, tmp_path, region, data):
         open_and_verify(path)
 
 
-def test_verify_names_the_first_bad_page_and_its_sample(mixed_file, tmp_path):
+def samples_on_page(reader, page):
+    """The samples with a payload byte on heap page ``page``, in order."""
+    start, end = reader.page_bounds(page)
+    table = reader.allocation_table
+    return sorted({sample for sample in range(len(reader)) for column in range(table.shape[1])
+                   if table[sample, column]["size"] and int(table[sample, column]["offset"]) < end
+                   and int(table[sample, column]["offset"]) + int(table[sample, column]["size"]) > start})
+
+
+def test_verify_names_every_sample_on_the_bad_page(mixed_file, tmp_path):
     with beton.Reader(mixed_file) as reader:
-        offset = int(reader.allocation_table[40, 1]["offset"])  # sample 40's bytes payload ("arr" is column 0)
+        offset = int(reader.allocation_table[40, 1]["offset"]) + 3  # inside sample 40's bytes payload
         page = (offset - reader.heap_offset) // reader.page_size
-        first_sample_on_page = min(
-            sample for sample in range(60) for column in range(3)
-            if reader.allocation_table[sample, column]["size"]
-            and (int(reader.allocation_table[sample, column]["offset"]) - reader.heap_offset) // reader.page_size
-            <= page
-            <= (int(reader.allocation_table[sample, column]["offset"]) + int(reader.allocation_table[sample, column]["size"]) - 1 - reader.heap_offset) // reader.page_size
-        )
+        on_page = samples_on_page(reader, page)
+    assert 40 in on_page and on_page[0] != 40 and 1 < len(on_page) <= 8  # naming only the first misses sample 40
 
     def flip(content):
         content[offset] ^= 0x10
@@ -130,9 +134,31 @@ def test_verify_names_the_first_bad_page_and_its_sample(mixed_file, tmp_path):
     with pytest.raises(CorruptDataError) as caught:
         beton.verify(path)
     assert caught.value.page == page
-    assert caught.value.sample == first_sample_on_page
+    assert caught.value.sample is None  # one checksum for the page: no single sample is known to be the bad one
     message = str(caught.value)
-    assert f"page {page}" in message and str(path) in message
+    listed = f"samples {', '.join(map(str, on_page[:-1]))} and {on_page[-1]}"
+    assert f"page {page}" in message and str(path) in message and listed in message
+
+
+def test_verify_names_the_runs_of_samples_on_a_page_of_many(tmp_path):
+    from conftest import write
+
+    fields = {"label": beton.fields.IntField(), "blob": beton.fields.BytesField()}
+    path = write(tmp_path / "small.beton", fields, [(i, bytes([i % 256]) * 10) for i in range(300)], page_size=1024)
+    with beton.Reader(path) as reader:
+        offset = int(reader.allocation_table[150, 0]["offset"])
+        page = (offset - reader.heap_offset) // reader.page_size
+        on_page = samples_on_page(reader, page)
+    assert on_page == list(range(on_page[0], on_page[-1] + 1)) and on_page[0] < 150 and len(on_page) > 8
+
+    def flip(content):
+        content[offset] ^= 0x10
+        return content
+
+    with pytest.raises(CorruptDataError) as caught:
+        beton.verify(damaged_copy(path, tmp_path, flip))
+    assert f"samples {on_page[0]}..{on_page[-1]} ({len(on_page)} samples) in field 'blob'" in str(caught.value)
+    assert caught.value.field == "blob" and caught.value.sample is None
 
 
 def test_allocation_outside_the_heap_is_refused_even_with_a_valid_checksum(mixed_file, tmp_path):

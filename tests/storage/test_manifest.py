@@ -262,6 +262,28 @@ def test_lists_globs_and_manifests_name_the_same_dataset(shards, tmp_path):
     assert dataset_manifest(str(literal)).num_samples == 13
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/data-*.beton", "https://127.0.0.1:1/shards/data-[0-9].beton"])
+def test_a_glob_over_http_is_refused_before_any_request(url):
+    from beton.errors import ShardNotFoundError
+
+    for name in (url, [url]):  # nothing listens on port 1: a request would end in another error
+        with pytest.raises(ShardNotFoundError) as caught:
+            beton.Loader(name, batch_size=4)
+        assert caught.value.path == url
+        message = str(caught.value)
+        assert "a glob over HTTP(S) cannot be expanded" in message and "list of URLs" in message
+        assert "manifest file written by `beton index`" in message
+    with pytest.raises(ShardNotFoundError, match="HTTP cannot list files"):
+        dataset_manifest(["http://127.0.0.1:1/a.beton", url])
+
+
+def test_a_query_or_a_bracketed_host_makes_no_http_glob():
+    from beton.storage.shards import names_one_file
+
+    assert names_one_file("http://[::1]:8000/train.beton?X-Signature=a*b[c]")  # a query and an IPv6 host
+    assert not names_one_file("s3://bucket/part-*.beton")  # stores that list still glob
+
+
 def test_a_list_whose_fields_differ_names_the_file_and_field(shards, tmp_path):
     other = write_part(tmp_path / "other.beton", 0, 3, fields={"label": IntField(), "score": FloatField(),
                                                                "arr": NDArrayField(np.float64, (3, 4))},

@@ -37,7 +37,7 @@ def test_verify_ok_and_corrupt(mixed_file, tmp_path):
     bad.write_bytes(bytes(data))
     result = run("verify", bad)
     assert result.returncode == 1
-    assert "page 0" in result.stderr and "sample 0" in result.stderr
+    assert "page 0" in result.stderr and "samples 0..11 (12 samples)" in result.stderr
 
 
 def test_bad_input(tmp_path):
@@ -105,6 +105,25 @@ def test_convert_numpy_and_torch(tmp_path):
     with beton.Reader(tmp_path / "t.beton") as reader:
         tensor, label = reader[2]
         assert tensor.dtype == torch.bfloat16 and tensor.shape == (3,) and label == 2
+
+
+def test_convert_prints_its_summary_as_lines(tmp_path):
+    np.savez(tmp_path / "data.npz", x=np.zeros((4, 2), dtype=np.float32), y=np.arange(4))
+    result = run("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "\\n" not in result.stdout  # the summary's line breaks are printed, not escaped
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("wrote 4 samples") and lines[1].startswith("fields: x ")
+
+
+def test_convert_escapes_each_line_of_its_summary(tmp_path):
+    source = make_image_folder(tmp_path / "train", per_class=1)
+    (source / "cat" / "evil\x1b[2J.jpg").write_bytes(b"\xff\xd8 not a JPEG")
+    result = run("convert", "imagefolder", source, tmp_path / "o.beton", "--on-error", "skip", "--num-workers", "0",
+                 "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "evil\\x1b[2J.jpg" in result.stdout
+    assert "\\n" not in result.stdout and "skipped:" in result.stdout.splitlines()
 
 
 def test_convert_bad_arguments(tmp_path):

@@ -148,7 +148,8 @@ def _writing(arguments: argparse.Namespace) -> dict[str, Any]:
 
 
 def _finish(report: ConversionReport, arguments: argparse.Namespace) -> int:
-    print(arguments.escape(report.summary()))  # source names come from the data: no terminal control codes
+    for line in report.lines():  # source names come from the data: each line escaped, no terminal control codes
+        print(arguments.escape(line))
     if arguments.report is not None:
         with open(arguments.report, "w", encoding="utf-8") as file:
             json.dump(report.to_json(), file, indent=2, ensure_ascii=False)

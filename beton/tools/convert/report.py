@@ -66,7 +66,12 @@ class ConversionReport:
         return self.num_samples / self.seconds if self.seconds > 0 else float("inf")
 
     def summary(self) -> str:
-        """The lines ``beton convert`` prints."""
+        """The lines ``beton convert`` prints, as one text."""
+        return "\n".join(self.lines())
+
+    def lines(self) -> list[str]:
+        """The summary's lines, each without its line break (a source's name may hold any character: whoever
+        prints to a terminal escapes each line, never the joined text, whose line breaks would be escaped too)."""
         rate = f"{self.samples_per_second:,.0f} samples/s, {self.output_bytes / self.seconds / 1e6:,.1f} MB/s " \
                "written" if self.seconds > 0 else "instant"
         lines = [f"wrote {self.num_samples} samples ({_size(self.output_bytes)}) to {self.output} in "
@@ -83,7 +88,7 @@ class ConversionReport:
             lines += [f"  {item.source}: {item.reason}" for item in self.skipped]
             lines.append(f"skipped {len(self.skipped)} of {len(self.skipped) + self.num_samples} sources "
                          f"({self.num_samples} written)")
-        return "\n".join(lines)
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         return {"output": self.output, "num_samples": self.num_samples, "fields": self.fields,
