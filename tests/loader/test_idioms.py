@@ -9,6 +9,10 @@ against a permutation for RANDOM.
 Issue #24: ``for x in Loader(...)``, ``next(iter(Loader(...)))``, ``yield from Loader(...)`` and ``zip(Loader(a),
 Loader(b))`` yielded nothing, because the Loader's finaliser closed the epoch while only its iterator referenced
 it.
+
+No temporary Loader is built inside an ``assert`` statement: pytest's assert rewriting keeps every
+sub-expression in a local variable, which keeps the Loader alive and hid exactly that bug (``assert
+list(islice(Loader(...), 3)) == ...`` passed before the fix).
 """
 
 from __future__ import annotations
@@ -170,6 +174,14 @@ def _reference_batches(path, order, batch_size, seed):
     return batches
 
 
+def test_zip_of_a_loader_with_itself_is_an_error_not_a_short_epoch(make):
+    """One Loader runs one epoch at a time: the second ``iter()`` supersedes the first iterator, which raises."""
+    with make() as loader:
+        with pytest.raises(LoaderError, match="another epoch"):
+            for _ in zip(loader, loader):
+                pass
+
+
 def test_enumerate_a_temporary_loader(make, path, order):
     seen = {number: indices(batch) for number, batch in enumerate(make())}
     assert list(seen) == list(range(len(expected(path, order, 0))))
@@ -177,7 +189,9 @@ def test_enumerate_a_temporary_loader(make, path, order):
 
 
 def test_islice(make, path, order):
-    assert epoch_of(itertools.islice(make(), 3)) == expected(path, order, 0)[:3]  # a temporary, cut short
+    # a temporary, cut short (outside the assert: pytest's rewritten assert would keep the Loader alive)
+    first_three = epoch_of(itertools.islice(make(), 3))
+    assert first_three == expected(path, order, 0)[:3]
     with make() as loader:
         assert epoch_of(itertools.islice(loader, 2, 5)) == expected(path, order, 0)[2:5]
         assert loader.state_dict() == {"seed": SEED, "epoch": 0, "position": 5}
