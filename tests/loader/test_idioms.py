@@ -402,7 +402,11 @@ def test_a_copy_of_a_loader_with_a_drawn_seed_and_a_shard(path, memory, how):
         duplicate = COPIES[how](original)  # between epochs: the copy starts the next one
         try:
             assert (duplicate.rank, duplicate.world_size, duplicate.seed) == (1, 3, original.seed)
-            assert epoch_of(duplicate) == epoch_of(original) == [b.tolist() for b in original.epoch_batches(1)]
+            # both at once, in lockstep, on different epochs: the copy shares no slots, files or threads
+            original.set_epoch(2)
+            pairs = [(indices(a), indices(b)) for a, b in zip(duplicate, original)]
+            assert [a for a, _ in pairs] == [b.tolist() for b in original.epoch_batches(1)]
+            assert [b for _, b in pairs] == [b.tolist() for b in original.epoch_batches(2)]
         finally:
             duplicate.close()
 
