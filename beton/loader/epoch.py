@@ -24,9 +24,9 @@ Concurrency model
   pipeline, operation and sample. Batches before it are still delivered first, in order.
 * **Teardown.** ``close()`` - called on exhaustion, on an error, by ``break`` (the iterator is dropped), by the
   Loader starting another epoch, by ``Loader.close()`` and by garbage collection - sets the stop flag, closes
-  the gate (which ends the page reader's walk too), wakes every thread and joins the workers. An iterator
-  closed because the Loader started another epoch raises :class:`~beton.errors.LoaderError` when asked for
-  more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``
+  the gate (which ends the page reader's walk too), wakes every thread and joins the workers. An unfinished
+  iterator the Loader ended (another epoch, ``load_state_dict``, ``close()``) raises
+  :class:`~beton.errors.LoaderError` when asked for more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``
   and the engine, never the iterator, so dropping the iterator is enough to collect it. The iterator holds its
   Loader (which holds it only weakly): a Loader referenced by nothing but its iterator (``for x in
   Loader(...)``) lives until the iterator is dropped.
@@ -217,7 +217,7 @@ class _EpochState:
         self.next_batch = first  # next batch number a worker will take
         self.results: dict[int, tuple[bool, Any]] = {}  # batch -> (ok, outputs or exception)
         self.stop = False
-        self.superseded = False  # closed because the Loader started another epoch
+        self.ended_by: str | None = None  # why the Loader ended the epoch early (another epoch, close())
 
     def take_batch(self) -> int | None:
         """Next batch number for a worker, once its slot is free; None when there is nothing left."""
@@ -285,9 +285,9 @@ class EpochIterator:
     def __next__(self) -> tuple:
         state, progress = self._state, self.progress
         batch = progress.next_batch
-        if state.superseded:
+        if state.ended_by is not None:
             raise LoaderError(f"this iterator of epoch {self.epoch} was ended at batch {batch} because "
-                              "iter(loader) started another epoch; a Loader runs one epoch at a time")
+                              f"{state.ended_by}")
         if batch >= state.end or state.stop:
             self.close()
             raise StopIteration
@@ -310,10 +310,11 @@ class EpochIterator:
         progress.next_batch = batch + 1  # only once the batch is the loop's: a pinning error leaves it undelivered
         return delivered
 
-    def supersede(self) -> None:
-        """Close because the Loader starts another epoch; a later ``next()`` raises instead of ending quietly."""
+    def interrupt(self, reason: str) -> None:
+        """Close because the Loader ended the epoch early (``reason`` says how); a later ``next()`` raises
+        LoaderError naming it instead of ending as if the epoch were over."""
         if not self.progress.finished and not self._state.stop:
-            self._state.superseded = True
+            self._state.ended_by = reason
         self.close()
 
     def close(self) -> None:

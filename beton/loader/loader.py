@@ -25,7 +25,7 @@ from beton.fields.base import Field
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
 from beton.loader.options import (CompileOptions, legacy_keywords, resolve_compile_options, resolve_memory,
                                   resolve_order_kwargs)
-from beton.loader.pipelines import resolve_pipelines
+from beton.loader.pipelines import check_pipelines, resolve_pipelines
 from beton.loader.resume import Identity, ResumeState, describe_order, indices_digest
 from beton.memory import OSCache
 from beton.memory.base import MemoryStrategy, StoredField
@@ -162,6 +162,7 @@ class Loader:
             raise ValueError(f"{_describe(path)} is read through the process cache ({what}): leave os_cache and "
                              "memory out, or pass memory=ProcessCache(...)")
         compile_options = resolve_compile_options(compile_options, legacy)
+        check_pipelines(pipelines)  # before anything reads them, so a slip is named with its fix
         order = _order_or_shuffle(order, shuffle)
         order_kwargs = resolve_order_kwargs(order_kwargs, _order_class(order), legacy)
         # what filter() builds another Loader from: the options as resolved, in their current spelling
@@ -264,7 +265,7 @@ class Loader:
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
     def __iter__(self) -> EpochIterator:
-        self._close_active(supersede=True)
+        self._close_active("iter(loader) started another epoch; a Loader runs one epoch at a time")
         if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
             self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
         epoch, resumed = self._next_epoch, self._resumed
@@ -366,7 +367,7 @@ class Loader:
         """
         parsed = ResumeState.parse(state)
         parsed.check(self._identity(), self._arguments["seed"])
-        self._close_active(supersede=True)
+        self._close_active("load_state_dict() moved the Loader elsewhere")
         if parsed.seed != self.seed:
             self.seed = parsed.seed
             if isinstance(self.order, TraversalOrderAdapter):  # FFCV's orders read the seed when built
@@ -413,14 +414,14 @@ class Loader:
         """Pages and bytes read in the current (or last) epoch."""
         return self.memory.counters.snapshot()
 
-    def _close_active(self, supersede: bool = False) -> None:
+    def _close_active(self, reason: str) -> None:
         active = self._active() if self._active else None
         if active is not None:
-            active.supersede() if supersede else active.close()
+            active.interrupt(reason)
         self._active = None
 
     def close(self) -> None:
-        self._close_active()
+        self._close_active("the Loader was closed")
         self.memory.close()
 
     def __reduce__(self) -> tuple:

@@ -14,12 +14,6 @@ from beton.transforms import ToTensor
 
 from conftest import small_image, write
 
-# The Loader reads the pipelines (to notice operations changed between epochs) before resolve_pipelines checks
-# them; until beton/loader/loader.py calls check_pipelines first, these slips still end in a raw Python error
-# there. strict: the test reports when that call is in, and the mark should go.
-NEEDS_LOADER_CHECK = pytest.mark.xfail(strict=True, raises=(AttributeError, TypeError),
-                                       reason="Loader.__init__ does not call check_pipelines before reading them")
-
 
 @pytest.fixture(scope="module")
 def image_file(tmp_path_factory):
@@ -57,7 +51,6 @@ def test_a_decoder_class_instead_of_an_instance_is_named_with_the_fix(image_file
                  "pipeline 'image': RandomResizedCropRGBImageDecoder is a class; pass an instance: "
                  "RandomResizedCropRGBImageDecoder()", id="a class with required arguments"),
 ])
-@NEEDS_LOADER_CHECK
 def test_a_pipelines_argument_of_the_wrong_shape_is_named_with_the_fix(image_file, pipelines, message):
     assert str(raised(image_file, pipelines)) == message
 
