@@ -17,9 +17,7 @@ from beton.errors import (
 from beton.loader import Loader
 from beton.order import OrderOption
 from beton.storage.reader import Reader
-# Through the module ``beton.verify`` (the import path from before the reorganisation), so that a later
-# ``import beton.verify`` finds it loaded and leaves the name ``beton.verify`` bound to the function.
-from beton.verify import VerifyReport, verify
+from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter
 
 from beton._version import __version__

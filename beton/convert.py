@@ -17,13 +17,9 @@ from beton.tools.convert import (
     ConversionError,
     ConversionReport,
     ConversionWarning,
-    ImageFolder,
     ImageOptions,
     SkippedSource,
     arrays,
-    convert_arrays,
-    convert_image_folder,
-    fields_for_arrays,
     imagefolder,
     numpy_file as numpy,
     parquet,
@@ -32,6 +28,4 @@ from beton.tools.convert import (
 )
 
 __all__ = ["imagefolder", "numpy", "torch", "arrays", "parquet", "webdataset", "ImageOptions", "ConversionReport",
-           "ConversionError", "ConversionWarning", "SkippedSource",
-           # the names before the converters had commands of their own, kept for existing callers
-           "ImageFolder", "convert_image_folder", "convert_arrays", "fields_for_arrays"]
+           "ConversionError", "ConversionWarning", "SkippedSource"]

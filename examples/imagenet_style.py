@@ -22,7 +22,7 @@ import simplejpeg
 import torch
 
 from beton import Loader, OrderOption
-from beton.tools.convert import convert_image_folder
+import beton.convert
 from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.tools.sample_photos import PHOTO_NAMES, photo_crop
 from beton.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToDevice, ToTensor, ToTorchImage
@@ -96,7 +96,7 @@ def main() -> None:
             if not arguments.data:
                 make_stand_in(data, 8 if arguments.quick else 60)
             for split, path in paths.items():
-                convert_image_folder(os.path.join(data, split), path, max_resolution=256, progress=False)
+                beton.convert.imagefolder(os.path.join(data, split), path, max_resolution=256, progress=False)
         if distributed:
             torch.distributed.barrier()
         train, val = loaders(paths["train"], paths["val"], arguments.resolution, batch_size, device, distributed)

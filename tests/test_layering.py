@@ -32,9 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("beton.tools",),
     # faces: the package's top-level names and FFCV's import paths, which gather names from every layer
     ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv",
-     "beton.convert", "beton.show",
-     # import paths from before the reorganisation (1ac545e), kept for users' code
-     "beton.verify", "beton.tune", "beton.cli", "beton.sample_photos", "beton.bench"),
+     "beton.convert", "beton.show"),
 ]
 
 

@@ -69,9 +69,3 @@ def test_order_rng_is_keyed_by_seed_and_epoch_only():
     assert order_rng(7, 3).permutation(30).tolist() == RandomOrder().permutation(
         np.arange(30), 7, 3, OrderContext(PAGES, 4)).tolist()
     assert order_rng(7, 3).random() == order_rng(7, 3).random() != order_rng(7, 4).random()
-
-
-def test_the_earlier_import_path_still_works():
-    from beton.pipeline import random as earlier
-
-    assert (earlier.operation_key, earlier.uniform, earlier.integer) == (operation_key, uniform, integer)

@@ -23,8 +23,7 @@ from beton._cores import resolve_workers
 from beton.errors import PipelineError, ResumeError
 from beton.fields.base import Field
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
-from beton.loader.options import (CompileOptions, legacy_keywords, resolve_compile_options, resolve_memory,
-                                  resolve_order_kwargs)
+from beton.loader.options import CompileOptions, resolve_memory
 from beton.loader.pipelines import check_pipelines, resolve_pipelines
 from beton.loader.resume import Identity, ResumeState, describe_order, indices_digest
 from beton.memory import OSCache
@@ -113,10 +112,6 @@ class Loader:
     ``loader.memory_strategy`` is the declared strategy and ``loader.memory`` the running layer built from it
     (``loader.memory_counters``: what the current epoch read); ``loader.compile_options`` and ``loader.order``
     are the resolved compile options and order.
-
-    Older keywords still work, with a DeprecationWarning naming the new spelling: ``readahead=``,
-    ``process_cache_pages=``, ``read_bandwidth=`` (now in ``memory=``), ``quasi_random_window=`` (now
-    ``order_kwargs={"window_pages": ...}``), ``kernel_cache_dir=``, ``fuse_stages=`` (now ``compile_options=``).
     """
 
     def __init__(
@@ -147,24 +142,22 @@ class Loader:
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
-        **deprecated: Any,
     ) -> None:
         self._active: weakref.ref[EpochIterator] | None = None  # first: close() must work if __init__ fails
-        legacy = legacy_keywords(deprecated)
         batch_size = _positive_int("batch_size", batch_size)
         one_file = names_one_file(path)
         unmapped = not one_file or is_url(path)  # several files, or a URL: no memory map can hold them
         if unmapped and memory is None and os_cache is None:
             os_cache = False  # the process cache reads them
-        memory = resolve_memory(os_cache, memory, legacy)
+        memory = resolve_memory(os_cache, memory)
         if unmapped and isinstance(memory, OSCache):
             what = "a remote file has no memory map" if one_file else "one memory map cannot hold several files"
             raise ValueError(f"{_describe(path)} is read through the process cache ({what}): leave os_cache and "
                              "memory out, or pass memory=ProcessCache(...)")
-        compile_options = resolve_compile_options(compile_options, legacy)
+        compile_options = compile_options if compile_options is not None else CompileOptions()
         check_pipelines(pipelines)  # before anything reads them, so a slip is named with its fix
         order = _order_or_shuffle(order, shuffle)
-        order_kwargs = resolve_order_kwargs(order_kwargs, _order_class(order), legacy)
+        order_kwargs = dict(order_kwargs or {})
         # what filter() builds another Loader from: the options as resolved, in their current spelling
         self._arguments = dict(
             path=path, batch_size=batch_size, num_workers=num_workers, order=order, distributed=distributed,

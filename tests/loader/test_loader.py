@@ -438,22 +438,10 @@ def test_set_epoch_after_an_interrupted_epoch_moves_the_checkpoint_too(image_fil
         assert where(loader.state_dict()) == (5, 5, 0)
 
 
-# ---- configuration: option objects, FFCV's shorthand, the older keywords ---------------------------------------
+# ---- configuration: option objects and FFCV's shorthand ----------------------------------------------------------
 
 FFCV_NAMES = {"fname", "path", "batch_size", "num_workers", "os_cache", "order", "distributed", "seed", "indices",
               "pipelines", "custom_fields", "drop_last", "batches_ahead", "recompile"}
-OLDER_KEYWORDS = {"readahead": ("memory=OSCache(readahead=...)", lambda loader: loader.memory_strategy, OSCache(False)),
-                  "process_cache_pages": ("memory=ProcessCache(pages=...)", lambda loader: loader.memory_strategy,
-                                          ProcessCache(pages=7)),
-                  "read_bandwidth": ("memory=ProcessCache(read_bandwidth=...)",
-                                     lambda loader: loader.memory_strategy, ProcessCache(read_bandwidth=1e9)),
-                  "quasi_random_window": ("order_kwargs={'window_pages': ...}",
-                                          lambda loader: loader.order.window_pages, 3),
-                  "fuse_stages": ("compile_options=CompileOptions(fuse_stages=...)",
-                                  lambda loader: loader.compile_options, CompileOptions(fuse_stages=False))}
-OLDER_VALUES = {"readahead": False, "process_cache_pages": 7, "read_bandwidth": 1e9, "quasi_random_window": 3,
-                "fuse_stages": False}
-
 
 def test_the_constructor_takes_at_most_twelve_options_beyond_ffcvs_names():
     import inspect
@@ -461,33 +449,16 @@ def test_the_constructor_takes_at_most_twelve_options_beyond_ffcvs_names():
     parameters = inspect.signature(Loader).parameters
     own = [name for name, p in parameters.items() if name not in FFCV_NAMES and p.kind is not p.VAR_KEYWORD]
     assert len(own) <= 12, own
-    assert not set(OLDER_KEYWORDS) & set(parameters) and "kernel_cache_dir" not in parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())  # a misspelt option is a TypeError
 
 
-@pytest.mark.parametrize("name", sorted(OLDER_KEYWORDS))
-def test_older_keywords_still_work_and_name_their_new_spelling(image_file, name):
-    spelling, read, expected = OLDER_KEYWORDS[name]
-    options = {"os_cache": False} if name in ("process_cache_pages", "read_bandwidth") else {}
-    if name == "quasi_random_window":
-        options["order"] = OrderOption.QUASI_RANDOM
-    with pytest.warns(DeprecationWarning, match=re.escape(spelling)):
-        loader = Loader(image_file, batch_size=16, num_workers=1, seed=1, **options, **{name: OLDER_VALUES[name]})
-    with loader:
-        assert read(loader) == expected
-        assert sorted(sum(epoch_labels(loader), [])) == list(range(203))
-
-
-def test_kernel_cache_dir_moved_into_compile_options(image_file, tmp_path):
-    with pytest.warns(DeprecationWarning, match=r"compile_options=CompileOptions\(kernel_cache_dir=\.\.\.\)"):
-        loader = Loader(image_file, batch_size=16, num_workers=1, kernel_cache_dir=str(tmp_path),
-                        pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(flip_prob=0.123)]})  # a new stage
-    with loader:
+def test_compile_options_choose_the_kernel_cache(image_file, tmp_path):
+    with Loader(image_file, batch_size=16, num_workers=1, compile_options=CompileOptions(kernel_cache_dir=str(tmp_path)),
+                pipelines={"image": [NDArrayDecoder(), RandomHorizontalFlip(flip_prob=0.123)]}) as loader:  # a new stage
         assert loader.compile_options == CompileOptions(kernel_cache_dir=str(tmp_path))
-    assert list(tmp_path.glob("beton_stage_*.py"))  # the stage was written where the old keyword said
-    with pytest.raises(ValueError, match="inside compile_options"), pytest.warns(DeprecationWarning):
-        Loader(image_file, batch_size=16, compile_options=CompileOptions(), fuse_stages=False)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'readahed'"):
-        Loader(image_file, batch_size=16, readahed=False)
+    assert list(tmp_path.glob("beton_stage_*.py"))  # the stage was written where the option said
+    with pytest.raises(TypeError, match="unexpected keyword argument 'readahead'"):
+        Loader(image_file, batch_size=16, readahead=False)
 
 
 def epoch_labels(loader):
@@ -518,10 +489,6 @@ def test_os_cache_is_the_shorthand_and_contradicting_memory_is_an_error(image_fi
         Loader(image_file, batch_size=16, os_cache=True, memory=ProcessCache())
     with pytest.raises(ValueError, match="contradicts"):
         Loader(image_file, batch_size=16, os_cache=False, memory=OSCache())
-    with pytest.raises(ValueError, match="read_bandwidth"), pytest.warns(DeprecationWarning):
-        Loader(image_file, batch_size=16, read_bandwidth=1e6)  # the OS cache cannot pace its reads
-    with pytest.raises(ValueError, match="inside memory="), pytest.warns(DeprecationWarning):
-        Loader(image_file, batch_size=16, memory=ProcessCache(), process_cache_pages=3)
     with pytest.raises(TypeError, match="memory must be"):
         Loader(image_file, batch_size=16, memory="process")
     with pytest.raises(ValueError, match="positive"):

@@ -18,8 +18,8 @@ stores file-level metadata: where the samples came from, class names where the s
 decode, in the writer's worker processes. ``beton.convert`` is the public face of this package.
 """
 
-from beton.tools.convert.arrays import arrays, convert_arrays, fields_for_arrays, numpy_file, torch_file
-from beton.tools.convert.imagefolder import ImageFolder, convert_image_folder, imagefolder
+from beton.tools.convert.arrays import arrays, fields_for_arrays, numpy_file, torch_file
+from beton.tools.convert.imagefolder import ImageFolder, imagefolder
 from beton.tools.convert.images import IMAGE_EXTENSIONS, ImageFileField, ImageOptions, sniff_image_format
 from beton.tools.convert.parquet import parquet
 from beton.tools.convert.report import ConversionError, ConversionReport, ConversionWarning, SkippedSource
@@ -27,4 +27,4 @@ from beton.tools.convert.webdataset import webdataset
 
 __all__ = ["imagefolder", "numpy_file", "torch_file", "arrays", "parquet", "webdataset", "ImageOptions",
            "ImageFileField", "ImageFolder", "ConversionReport", "ConversionError", "ConversionWarning", "SkippedSource",
-           "sniff_image_format", "IMAGE_EXTENSIONS", "fields_for_arrays", "convert_image_folder", "convert_arrays"]
+           "sniff_image_format", "IMAGE_EXTENSIONS", "fields_for_arrays"]

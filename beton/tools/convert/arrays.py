@@ -31,7 +31,7 @@ from beton.fields.ndarray import TORCH_DTYPES
 from beton.storage import format as fmt
 from beton.tools.convert.report import ConversionError, ConversionReport, base_metadata, write
 
-__all__ = ["fields_for_arrays", "arrays", "numpy_file", "torch_file", "convert_arrays"]
+__all__ = ["fields_for_arrays", "arrays", "numpy_file", "torch_file"]
 
 _SCALAR_FIELDS = (IntField, FloatField, JSONField, BytesField)  # values handed over as Python objects
 
@@ -191,8 +191,3 @@ def torch_file(source: str | os.PathLike[str], output: str | os.PathLike[str], *
         raise ConversionError(f"{path} holds a {type(loaded).__name__}; expected a tensor, or tensors in a dict, "
                               "list or tuple")
     return arrays(entries, output, source={"file": os.path.abspath(path)}, **options)
-
-
-def convert_arrays(arrays_: Mapping[str, Any], output: str, *, num_workers: int = -1, progress: bool = True) -> None:
-    """Former name of :func:`arrays`, kept for existing callers."""
-    arrays(arrays_, output, num_workers=num_workers, progress=progress)

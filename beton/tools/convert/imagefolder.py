@@ -30,7 +30,7 @@ from beton.tools.convert.images import IMAGE_EXTENSIONS, ImageOptions
 from beton.tools.convert.report import (ConversionError, ConversionReport, ConversionWarning, SkippedSource,
                                        base_metadata, write)
 
-__all__ = ["ImageFolder", "imagefolder", "convert_image_folder"]
+__all__ = ["ImageFolder", "imagefolder"]
 
 
 class ImageFolder:
@@ -172,8 +172,3 @@ def _with_emptied_classes(report: ConversionReport, folder: ImageFolder) -> Conv
         return report
     note = f"classes whose every file was skipped, now labels without samples: {', '.join(map(repr, emptied))}"
     return dataclasses.replace(report, notes=(*report.notes, note))
-
-
-def convert_image_folder(source: str, output: str, **options: Any) -> ConversionReport:
-    """Former name of :func:`imagefolder`, kept for existing callers."""
-    return imagefolder(source, output, **options)
