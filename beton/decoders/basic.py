@@ -67,9 +67,10 @@ class FloatDecoder(JitOperation):
 class NDArrayDecoder(JitOperation):
     """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes).
 
-    dtypes numba cannot compile (float16, datetimes, strings, raw bytes, big-endian numbers) are decoded by
-    numpy, sample by sample, instead of in a compiled stage: the same values, without fusion with the
-    operations after it (ToTensor turns big-endian numbers into native ones; torch has no dtype for the rest).
+    dtypes numba cannot compile (float16, long double, complex256, datetimes, strings, raw bytes, records,
+    big-endian numbers) are decoded by numpy, sample by sample, instead of in a compiled stage: the same values,
+    without fusion with the operations after it (ToTensor turns big-endian numbers into native ones and takes
+    float16; torch has no dtype for the rest).
     """
 
     is_decoder = True

@@ -138,7 +138,8 @@ class NDArrayField(Field):
         return Encoded(payload=np.ascontiguousarray(value).reshape(self.shape).tobytes())
 
     def default_pipeline(self) -> list[Operation]:
-        """Decoded as torch tensors; as numpy batches for dtypes torch has no equivalent of (datetimes, strings)."""
+        """Decoded as torch tensors; as numpy batches for dtypes torch has no equivalent of (long double,
+        complex256, datetimes, strings, raw bytes, records): the exact values, never cast to a dtype torch has."""
         try:
             torch_dtype(self.dtype.newbyteorder("="))
         except TypeError:
