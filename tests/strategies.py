@@ -11,7 +11,9 @@ from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayFie
 from beton.fields.ndarray import TORCH_DTYPES
 
 #: numpy dtypes NDArrayField round-trips; tests are parametrised from this table.
-NDARRAY_DTYPES = ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8", ">f4", "|b1", "<c8")
+NDARRAY_DTYPES = ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", ">u8", "<f2", "<f4", "<f8", ">f4", "|b1",
+                  "<c8", "<c16", np.dtype(np.longdouble).str, np.dtype(np.clongdouble).str)
+#: (tests/fields/test_ndarray_dtypes.py has the full table, non-numbers included, with what a Loader gives for each)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False, allow_infinity=False)

@@ -11,6 +11,8 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba.core.errors import NumbaError
+from numba.np.numpy_support import from_dtype as numba_type_of_dtype
 
 from beton import _json
 from beton.decoders.field_check import require_field
@@ -29,7 +31,8 @@ def _scalar_kernel(src, dst, i, sample, key, args):
 
 @numba.njit(nogil=True, cache=True)
 def _copy_payload_kernel(src, dst, i, sample, key, args):
-    copy_bytes(dst[i], src[1], src[2][i], src[3][i])  # memory, offsets, sizes; a DecodeError when they do not fit
+    # dst[i : i + 1], not dst[i]: for a 0-d field (shape ()) dst[i] is a number, not memory to copy into.
+    copy_bytes(dst[i : i + 1], src[1], src[2][i], src[3][i])  # memory, offsets, sizes; DecodeError if they do not fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +67,10 @@ class FloatDecoder(JitOperation):
 class NDArrayDecoder(JitOperation):
     """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes).
 
-    dtypes numba cannot compile (float16, datetimes, strings, raw bytes, big-endian numbers) are decoded by
-    numpy, sample by sample, instead of in a compiled stage: the same values, without fusion with the
-    operations after it (ToTensor turns big-endian numbers into native ones; torch has no dtype for the rest).
+    dtypes numba cannot compile (float16, long double, complex256, datetimes, strings, raw bytes, records,
+    big-endian numbers) are decoded by numpy, sample by sample, instead of in a compiled stage: the same values,
+    without fusion with the operations after it (ToTensor turns big-endian numbers into native ones and takes
+    float16; torch has no dtype for the rest).
     """
 
     is_decoder = True
@@ -88,15 +92,23 @@ class NDArrayDecoder(JitOperation):
 def _copy_by_numpy(src: Source, dst: np.ndarray, i: int) -> None:
     """One sample of a dtype numba cannot compile: the stored bytes viewed as the stored dtype."""
     offset, size = int(src.offsets[i]), int(src.sizes[i])
-    if size != dst[i].nbytes or offset < 0 or offset + size > src.memory.size:
-        raise DecodeError(f"payload of {size} bytes at {offset} does not hold the field's {dst[i].nbytes} "
+    row = dst[i : i + 1]  # not dst[i]: for a 0-d field that is a scalar, whose nbytes a string's length sets
+    if size != row.nbytes or offset < 0 or offset + size > src.memory.size:
+        raise DecodeError(f"payload of {size} bytes at {offset} does not hold the field's {row.nbytes} "
                           f"bytes inside the readable memory")
-    dst[i] = src.memory[offset : offset + size].view(dst.dtype).reshape(dst.shape[1:])
+    row[...] = src.memory[offset : offset + size].view(dst.dtype).reshape(row.shape)
 
 
 def _compiles(dtype: np.dtype) -> bool:
-    """Whether numba compiles arrays of this dtype: native-order booleans, integers, floats but float16, complex."""
-    return dtype.isnative and dtype.kind in "biufc" and dtype != np.dtype(np.float16)
+    """Whether numba compiles arrays of this dtype: native-order booleans, integers, floats and complex numbers
+    that numba has a type for (not float16, nor long double / complex256, which numba refuses to type)."""
+    if not (dtype.isnative and dtype.kind in "biufc") or dtype == np.dtype(np.float16):
+        return False
+    try:
+        numba_type_of_dtype(dtype)
+    except NumbaError:  # numba's answer for dtypes it has no type of (float128, complex256)
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,15 +38,30 @@ TORCH_DTYPES: dict[str, str] = {
 }
 
 
-def array_dtype(dtype: Any) -> np.dtype:
-    """The numpy dtype an array field stores (a list is a structured dtype's stored description)."""
+def array_dtype(dtype: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """The numpy dtype an array field stores (a list is a structured dtype's stored description), and the
+    trailing dimensions a subarray dtype adds to each value's shape.
+
+    A subarray dtype (``"(2,)<i4"``) is no dtype an array can have: numpy turns ``np.zeros(3, "(2,)<i4")``
+    into int32 of shape ``(3, 2)``. The field does the same (dtype ``<i4``, the ``(2,)`` appended to its
+    shape), so the values numpy makes of that dtype are the values the field stores.
+    """
     try:
         resolved = dtype_from_descr(dtype) if isinstance(dtype, list) else np.dtype(dtype)
     except (TypeError, ValueError):
         raise FieldError(f"not a numpy dtype: {dtype!r}") from None
-    if resolved.hasobject or resolved.itemsize == 0:
-        raise FieldError(f"dtype {resolved} cannot be stored as raw bytes")
-    return resolved
+    trailing: tuple[int, ...] = ()
+    while resolved.subdtype is not None:  # nested subarrays: the outer dimensions come first, as numpy's
+        resolved, dims = resolved.subdtype
+        trailing += dims
+    if resolved.hasobject:
+        raise FieldError(f"dtype {resolved} holds Python objects, which cannot be stored as raw bytes; store "
+                         "them with JSONField or BytesField")
+    if resolved.itemsize == 0:
+        raise FieldError(f"dtype {resolved.str} has no size: give strings and raw bytes a length ('S16', 'U8', "
+                         "'V4'), or store values of varying length with BytesField, JSONField or "
+                         "RaggedArrayField")
+    return resolved, trailing
 
 
 def _normalise_shape(shape: Sequence[int], field: str = "NDArrayField") -> tuple[int, ...]:
@@ -101,8 +116,9 @@ class NDArrayField(Field):
     has_payload = True
 
     def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
-        object.__setattr__(self, "dtype", array_dtype(dtype))
-        object.__setattr__(self, "shape", _normalise_shape(shape))
+        resolved, trailing = array_dtype(dtype)
+        object.__setattr__(self, "dtype", resolved)
+        object.__setattr__(self, "shape", _normalise_shape(_normalise_shape(shape) + trailing))
 
     @property
     def num_bytes(self) -> int:
@@ -122,7 +138,8 @@ class NDArrayField(Field):
         return Encoded(payload=np.ascontiguousarray(value).reshape(self.shape).tobytes())
 
     def default_pipeline(self) -> list[Operation]:
-        """Decoded as torch tensors; as numpy batches for dtypes torch has no equivalent of (datetimes, strings)."""
+        """Decoded as torch tensors; as numpy batches for dtypes torch has no equivalent of (long double,
+        complex256, datetimes, strings, raw bytes, records): the exact values, never cast to a dtype torch has."""
         try:
             torch_dtype(self.dtype.newbyteorder("="))
         except TypeError:

@@ -66,8 +66,10 @@ class RaggedArrayField(Field):
     has_payload = True
 
     def __init__(self, dtype: Any, shape: Sequence[Any] = (None,)) -> None:
-        resolved = array_dtype(dtype)
-        row = _row_shape(shape)
+        resolved, trailing = array_dtype(dtype)
+        row = _row_shape(shape) + trailing
+        if len(row) + 1 > _MAX_DIMS:
+            raise FieldError(f"shape (None, *{row}) has {len(row) + 1} dimensions, numpy allows {_MAX_DIMS}")
         if math.prod(row) == 0:
             raise FieldError(f"rows of shape {row} hold no bytes, so the payload could not tell a sample's length; "
                              "give every fixed dimension a size of at least 1")

@@ -176,7 +176,8 @@ class ModuleWrapper(BatchOperation):
     """Any ``torch.nn.Module`` or callable applied to the whole batch (torch tensors in, tensors out).
 
     A Padded or Packed batch reaches the callable as it is (a named tuple of tensors); it may return a tensor
-    or such a tuple. The output State is found by calling the module once on a one-sample batch of zeros.
+    or such a tuple. The output State is found by calling the module once on a one-sample batch of zeros
+    (``(1,)`` for a field of scalars such as a label, ``(1, *shape)`` otherwise), on the batch's device.
     """
 
     module: Callable[[Any], Any]
@@ -185,18 +186,34 @@ class ModuleWrapper(BatchOperation):
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
-        values = torch.zeros((1,) + tuple(previous.shape), dtype=previous.dtype)
-        probe = {"dense": values, "padded": Padded(values, torch.ones(1, dtype=torch.int64)),
-                 "packed": Packed(values[0], torch.tensor([0, values.shape[1]]), values.shape[1])}[previous.layout]
         with torch.no_grad():
-            result = self.module(probe)
+            result = self.module(_probe(previous))
         if isinstance(result, Padded):
             return dataclasses.replace(previous, shape=tuple(result.values.shape[1:]), dtype=result.values.dtype,
                                        layout="padded")
         if isinstance(result, Packed):
             return dataclasses.replace(previous, shape=(previous.shape[0], *result.values.shape[1:]),
                                        dtype=result.values.dtype, layout="packed")
+        if not isinstance(result, torch.Tensor):
+            raise PipelineError(f"{self!r} returned {type(result).__name__} for a one-sample batch of "
+                                f"{previous.describe()}; a callable in a pipeline returns a torch tensor (or a "
+                                "Padded or Packed batch of them)")
         return dataclasses.replace(previous, shape=tuple(result.shape[1:]), dtype=result.dtype, layout="dense")
 
     def apply(self, batch: torch.Tensor, context: BatchContext) -> torch.Tensor:
         return self.module(batch)
+
+
+def _probe(state: State) -> Any:
+    """A one-sample batch of zeros as ``state`` describes it: a tensor, or a Padded or Packed batch.
+
+    Only the layout's own batch is built: a Packed batch's capacity is ``shape[0]``, which a dense batch of
+    scalars (shape ``()``) does not have.
+    """
+    values = torch.zeros((1, *state.shape), dtype=state.dtype, device=state.device)
+    if state.layout == "padded":
+        return Padded(values, torch.ones(1, dtype=torch.int64, device=state.device))
+    if state.layout == "packed":
+        capacity = state.shape[0]
+        return Packed(values[0], torch.tensor([0, capacity], device=state.device), capacity)
+    return values
