@@ -207,7 +207,7 @@ def bad_folder(root):
             "empty.jpg": "the file is empty",
             "page.jpg": "not an image in a format beton reads (it starts with b'<!DOCTYPE html><')",
             "truncated.png": "PNG data cannot be decoded (truncated or corrupt)",
-            "noise.webp": "WebP data cannot be decoded (truncated or corrupt)",
+            "noise.webp": "WebP header cannot be read: its VP8 chunk does not start with a key frame",
             "broken-link.jpg": "broken symbolic link (to "}
 
 

@@ -9,7 +9,10 @@ of anything but integers, floats and booleans have no layout: they are stored as
 Values are converted a record batch at a time: one vectorised copy when the batch has no null (at any depth)
 and every inner list has its dimension's length, else row by row, so that a bad row is named with what is
 wrong with it: a null list is ``None`` (the caller decides), a null item or an inner list of the wrong length
-is a :class:`BadValue`. Nothing is cast beyond the column's own type.
+is a :class:`BadValue`. Nothing is cast beyond the column's own type, except to a Hugging Face feature's dtype,
+and then only values that fit it (:func:`fitted`): a value the feature's dtype cannot hold is a BadValue naming
+the item, never wrapped (258 as uint8 is not 2), truncated (1.5 as int32 is not 1) or taken for a truth value (2
+as bool is not True).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HF_ARRAYS", "BadValue", "fixed_layout", "ragged_layout", "fixed_arrays", "ragged_arrays"]
+__all__ = ["HF_ARRAYS", "BadValue", "fixed_layout", "ragged_layout", "fixed_arrays", "ragged_arrays", "fitted"]
 
 #: Hugging Face ``datasets`` features holding n-dimensional arrays.
 HF_ARRAYS = ("Array2D", "Array3D", "Array4D", "Array5D")
@@ -150,7 +153,10 @@ def _flatten(values: Any, shape: tuple[int, ...], dtype: np.dtype, pa: Any) -> n
         values = items.slice(offsets[0], offsets[-1] - offsets[0]) if len(values) else items.slice(0, 0)
     if values.null_count:
         return None
-    return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False).reshape((-1, *shape))
+    converted, bad = fitted(values.to_numpy(zero_copy_only=False), dtype)
+    if bad is not None and bad.any():  # found and named row by row
+        return None
+    return converted.reshape((-1, *shape))
 
 
 def _array(value: list, dtype: np.dtype, shape: tuple[int | None, ...]) -> np.ndarray | BadValue:
@@ -160,7 +166,41 @@ def _array(value: list, dtype: np.dtype, shape: tuple[int | None, ...]) -> np.nd
         return BadValue(problem)
     if not value:  # no rows: nothing tells numpy the row shape
         return np.zeros((0, *shape[1:]), dtype)  # type: ignore[arg-type]
-    return np.array(value, dtype=dtype)
+    raw = np.array(value)  # the values' own type (the column's), then checked into the field's
+    converted, bad = fitted(raw, dtype)
+    if bad is not None and bad.any():
+        where = tuple(int(index) for index in np.argwhere(bad)[0])
+        return BadValue(f"item {''.join(f'[{index}]' for index in where)} holds {raw[where].item()!r}, which the declared "
+                        f"dtype {dtype} cannot hold")
+    return converted
+
+
+def fitted(raw: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """``raw`` as ``dtype``, and the mask of values that do not fit it (None when all do by their type alone).
+
+    An integer or bool dtype takes only values it holds exactly: integers within its range, floats that are
+    whole numbers within it, and for bool only 0 and 1. A float dtype takes any number within its range, rounded
+    to its precision (NaN and infinities stay what they are; a finite value that would become infinite does not
+    fit)."""
+    dtype = np.dtype(dtype)
+    if raw.dtype == dtype:
+        return raw, None
+    with np.errstate(invalid="ignore", over="ignore"):
+        if dtype.kind == "b":
+            bad = ~((raw == 0) | (raw == 1))
+            return raw != 0, bad
+        converted = raw.astype(dtype)
+        if dtype.kind == "f":
+            return converted, np.isfinite(raw) & ~np.isfinite(converted)
+        info = np.iinfo(dtype)
+        if raw.dtype.kind == "b":
+            return converted, None
+        if raw.dtype.kind == "f":  # the bounds as floats are exact: powers of two (or zero)
+            return converted, ~np.isfinite(raw) | (raw != np.trunc(raw)) | (raw < float(info.min)) | \
+                (raw >= float(info.max) + 1.0)
+        source = np.iinfo(raw.dtype)  # integers: the bounds within the source's range, in its type
+        low, high = max(info.min, source.min), min(info.max, source.max)
+        return converted, (raw < raw.dtype.type(low)) | (raw > raw.dtype.type(high))
 
 
 def _shape_problem(value: Any, shape: tuple[int | None, ...], where: tuple[int, ...]) -> str | None:

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from beton.fields.rgb_image import WRITE_MODES
+from beton.limits import DEFAULT_MAX_IMAGE_PIXELS
 from beton.storage import format as fmt
 from beton.tools.convert.parquet import COLUMN_KINDS
-from beton.tools.convert.report import ConversionReport, ConversionWarning
+from beton.tools.convert.report import DEFAULT_MAX_FILE_BYTES, ConversionReport, ConversionWarning
 from beton.tools.convert.webdataset import KINDS as EXTENSION_KINDS
 
 __all__ = ["add_convert_parser", "byte_size", "json_object", "page_size_argument", "positive_argument"]
@@ -111,13 +112,37 @@ def _add_image_options(parser: argparse.ArgumentParser) -> None:
                        help="store RGBA (4 channels, losslessly) instead of dropping alpha channels")
     group.add_argument("--keep-depth", action="store_true",
                        help="store 16 bits per sample (losslessly) instead of reducing 16-bit images to 8 bits")
+    group.add_argument("--max-image-pixels", type=_pixels, default=DEFAULT_MAX_IMAGE_PIXELS, metavar="N",
+                       help="refuse image files whose header declares more pixels (width x height), before "
+                            f"decoding them (default {DEFAULT_MAX_IMAGE_PIXELS}, the readers' cap; 'none': no cap)")
+
+
+def _add_file_size_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--max-file-bytes", type=_file_bytes, default=DEFAULT_MAX_FILE_BYTES, metavar="SIZE",
+                        help=f"refuse {what} larger than SIZE, before reading them (default 256MiB; 'none': no cap)")
+
+
+def _pixels(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    return positive_argument(text)
+
+
+def _file_bytes(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    size = byte_size(text)
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least one byte, got {text!r}")
+    return size
 
 
 def _image_options(arguments: argparse.Namespace) -> dict[str, Any]:
     return {"write_mode": arguments.write_mode, "max_resolution": arguments.max_resolution,
             "jpeg_quality": arguments.jpeg_quality, "smart_threshold": arguments.smart_threshold,
             "compress_probability": arguments.compress_probability, "channels": arguments.channels,
-            "keep_alpha": arguments.keep_alpha, "keep_depth": arguments.keep_depth}
+            "keep_alpha": arguments.keep_alpha, "keep_depth": arguments.keep_depth,
+            "max_image_pixels": arguments.max_image_pixels}
 
 
 def _add_common_options(parser: argparse.ArgumentParser, on_error: bool = True) -> None:
@@ -161,7 +186,9 @@ def _imagefolder(arguments: argparse.Namespace) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)  # the report's notes say the same
-        report = imagefolder(arguments.source, arguments.output, **_writing(arguments), **_image_options(arguments))
+        report = imagefolder(arguments.source, arguments.output, follow_links=arguments.follow_links,
+                             max_file_bytes=arguments.max_file_bytes, **_writing(arguments),
+                             **_image_options(arguments))
     return _finish(report, arguments)
 
 
@@ -192,7 +219,8 @@ def _webdataset(arguments: argparse.Namespace) -> int:
 
     extensions = [item for item in arguments.extensions.split(",") if item] if arguments.extensions else None
     return _finish(webdataset(arguments.sources, arguments.output, extensions=extensions, types=dict(arguments.type),
-                              keep_key=not arguments.no_key, **_writing(arguments), **_image_options(arguments)),
+                              keep_key=not arguments.no_key, max_file_bytes=arguments.max_file_bytes,
+                              **_writing(arguments), **_image_options(arguments)),
                    arguments)
 
 
@@ -210,6 +238,10 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
                                           "the source folder are stored in the file's metadata.")
     folder.add_argument("source", type=_existing_path, metavar="SRC_DIR", help="folder of class folders")
     folder.add_argument("output", metavar="OUT.beton", help="the file to write")
+    folder.add_argument("--follow-links", action="store_true",
+                        help="follow symbolic links that lead out of SRC_DIR (by default they are refused; links "
+                             "to SRC_DIR itself or above it are never followed)")
+    _add_file_size_option(folder, "image files")
     _add_image_options(folder)
     _add_common_options(folder)
     folder.set_defaults(run=_imagefolder)
@@ -253,6 +285,7 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
     shards.add_argument("--type", action="append", default=[], type=_assignment(EXTENSION_KINDS), metavar="EXT=KIND",
                         help=f"store an extension as KIND ({', '.join(EXTENSION_KINDS)}); repeatable")
     shards.add_argument("--no-key", action="store_true", help="do not store each sample's key (field __key__)")
+    _add_file_size_option(shards, "samples with a member")
     _add_image_options(shards)
     _add_common_options(shards)
     shards.set_defaults(run=_webdataset)

@@ -5,6 +5,9 @@ RGBImageField takes (pixel arrays, PIL images, JPEG bytes) it takes the bytes of
 sniffed from the first bytes (a PNG named ``.jpg`` is a PNG), and the work happens in the writer's worker
 processes, where the field encodes:
 
+* **The size comes first**: the header's width and height (:mod:`~beton.tools.convert.image_headers`, read with
+  a few bounded ``struct`` reads; a header that cannot be parsed refuses the file) are checked against
+  ``max_image_pixels`` before anything is decoded, so a small file declaring a huge image costs nothing.
 * **JPEGs that may be stored as they are** (write modes jpg, smart, proportion, balanced and progressive,
   within ``max_resolution``) are checked by a complete decode at 1/8 scale: every byte of entropy-coded data is
   read, which is where truncation and corruption show (libjpeg-turbo's strict mode turns its warnings, such as
@@ -39,6 +42,7 @@ from beton.fields.base import Encoded, EncodeContext
 from beton.fields.rgb_image import WRITE_MODES, RGBImageField
 from beton.limits import DEFAULT_MAX_IMAGE_PIXELS
 from beton.storage.writer import warn_sample
+from beton.tools.convert.image_headers import image_size
 
 __all__ = ["ImageFileField", "ImageOptions", "sniff_image_format", "IMAGE_EXTENSIONS"]
 
@@ -79,7 +83,18 @@ def sniff_image_format(data: bytes) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class ImageFileField(RGBImageField):
-    """An RGBImageField that also takes image files' bytes; see the module docstring."""
+    """An RGBImageField that also takes image files' bytes; see the module docstring.
+
+    ``max_image_pixels`` (not stored: it bounds the conversion, not the file) is the most pixels a file's header
+    may declare; a file declaring more is refused before it is decoded. None lifts the cap.
+    """
+
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+
+    def arguments(self) -> dict[str, Any]:
+        arguments = super().arguments()
+        del arguments["max_image_pixels"]  # the file stores RGBImageField's arguments, and only those
+        return arguments
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -97,6 +112,11 @@ class ImageFileField(RGBImageField):
         kind = sniff_image_format(data)
         if kind is None:
             raise EncodeError(f"not an image in a format beton reads (it starts with {data[:16]!r})")
+        width, height = image_size(data, kind)  # from the header: nothing is decoded before the cap is checked
+        if self.max_image_pixels is not None and width * height > self.max_image_pixels:
+            raise EncodeError(f"{kind} header declares {width}x{height} pixels, more than max_image_pixels="
+                              f"{self.max_image_pixels}; it is not decoded (raise max_image_pixels, "
+                              "--max-image-pixels, to accept it)")
         if kind == "JPEG":
             return self._prepare_jpeg(data)
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
@@ -193,6 +213,8 @@ class ImageOptions:
         channels: 3 (RGB) or 1 (grey); images are converted to it.
         keep_alpha: store 4 channels (RGBA; opaque alpha for images without one) instead of dropping alpha.
         keep_depth: store 16 bits per sample instead of reducing 16-bit images to 8 (8-bit ones are scaled).
+        max_image_pixels: the most pixels (width x height) an image file's header may declare; a file declaring
+            more is refused before it is decoded (default: the readers' cap, 2^27; None: no cap).
     """
 
     write_mode: str | None = None
@@ -203,11 +225,17 @@ class ImageOptions:
     channels: int = 3
     keep_alpha: bool = False
     keep_depth: bool = False
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
 
     def field(self) -> ImageFileField:
         """The field these options describe; FieldError for options that do not go together."""
         if self.channels not in (1, 3):
             raise FieldError(f"channels must be 1 (grey) or 3 (RGB), got {self.channels}")
+        if self.max_image_pixels is not None and (isinstance(self.max_image_pixels, bool) or
+                                                  not isinstance(self.max_image_pixels, int) or
+                                                  self.max_image_pixels < 1):
+            raise FieldError(f"max_image_pixels must be a positive number of pixels or None, got "
+                             f"{self.max_image_pixels!r}")
         if self.keep_alpha and self.channels == 1:
             raise FieldError("keep_alpha stores RGBA images: it needs channels=3")
         exact = self.keep_alpha or self.keep_depth
@@ -224,4 +252,5 @@ class ImageOptions:
                               jpeg_quality=self.jpeg_quality, smart_threshold=self.smart_threshold,
                               compress_probability=self.compress_probability,
                               channels=4 if self.keep_alpha else self.channels,
-                              dtype="uint16" if self.keep_depth else "uint8")
+                              dtype="uint16" if self.keep_depth else "uint8",
+                              max_image_pixels=self.max_image_pixels)

@@ -31,6 +31,12 @@ file and row, or with ``on_error="skip"`` the row is left out and listed in the 
 cannot be decoded. For array columns that includes a null list (an empty list is an array of length 0), a null
 item inside a list, and an inner list whose length is not the column's (HF ArrayND columns store every
 dimension as a variable-length list).
+
+A Hugging Face feature that declares another dtype than the column's Arrow type (an ``Array2D`` of ``uint8`` or
+a ``Value("uint8")`` over int32 data) is believed only as far as the values fit it: an integer or bool dtype
+takes only values it holds exactly (no wrap: 258 is not stored as 2; no truncation; bool only from 0 and 1), a
+float dtype any value within its range. A value that does not fit is a bad row, named by file, row, column and
+item.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from beton import _json
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField
 from beton.fields.base import Field
 from beton.storage import format as fmt
-from beton.tools.convert.arrow_arrays import BadValue, fixed_arrays, fixed_layout, ragged_arrays, ragged_layout
+from beton.tools.convert.arrow_arrays import (BadValue, fitted, fixed_arrays, fixed_layout, ragged_arrays,
+                                             ragged_layout)
 from beton.tools.convert.images import ImageOptions, sniff_image_format
 from beton.tools.convert.report import ConversionError, ConversionReport, SkippedSource, base_metadata, write
 
@@ -192,7 +199,7 @@ def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None
             (kind == "float" and types.is_floating(arrow_type))
         if not numeric:
             raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as {kind}")
-        return _Plan(kind, IntField() if kind == "int" else FloatField())
+        return _Plan(kind, IntField() if kind == "int" else FloatField(), _declared_dtype(feature, arrow_type))
     if kind == "ndarray":
         layout = fixed_layout(arrow_type, feature, pa)
         if layout is None:
@@ -213,6 +220,19 @@ def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None
             raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as bytes")
         return _Plan(kind, BytesField())
     return _Plan("json", JSONField())
+
+
+def _declared_dtype(feature: dict | None, arrow_type: Any) -> np.dtype | None:
+    """The numeric dtype a Hugging Face ``Value`` feature declares where it differs from the column's own type
+    (its values are then checked to fit it), else None."""
+    if not isinstance(feature, dict) or feature.get("_type") != "Value" or not isinstance(feature.get("dtype"), str):
+        return None
+    try:
+        declared = np.dtype(feature["dtype"])
+        own = np.dtype(arrow_type.to_pandas_dtype())
+    except (TypeError, NotImplementedError):
+        return None
+    return declared if declared.kind in "biuf" and declared != own else None
 
 
 def _auto_kind(name: str, arrow_type: Any, feature: dict | None, first_file: str, pa: Any) -> str:
@@ -342,12 +362,27 @@ class _Rows:
             values = _json_values(column, pa)
         else:
             values = column.to_pylist()
+            if plan.dtype is not None:  # a HF Value feature declares another dtype: each value must fit it
+                values = _declared_values(column, values, plan.dtype, pa)
         if plan.kind != "json":
             what = {"image": "image", "ragged": "list"}.get(plan.kind, f"{plan.kind} value")
             values = [BadValue(f"column {name!r}: the {what} is null") if value is None else
                       BadValue(f"column {name!r}: {value.reason}") if isinstance(value, BadValue) else value
                       for value in values]
         return values
+
+
+def _declared_values(column: Any, values: list[Any], dtype: np.dtype, pa: Any) -> list[Any]:
+    """``values`` with a BadValue for each one the declared ``dtype`` cannot hold (see ``fitted``)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    raw = column.fill_null(False if pa.types.is_boolean(column.type) else 0).to_numpy(zero_copy_only=False)
+    _, bad = fitted(raw, dtype)
+    if bad is None:
+        return values
+    bad &= column.is_valid().to_numpy(zero_copy_only=False)
+    return [BadValue(f"holds {value!r}, which the declared dtype {dtype} cannot hold") if wrong else value
+            for value, wrong in zip(values, bad)]
 
 
 def _json_values(column: Any, pa: Any) -> list[Any]:

@@ -20,7 +20,14 @@ from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.storage.writer import ON_ERROR, DatasetWriter, sample_problem
 
-__all__ = ["ConversionError", "ConversionWarning", "ConversionReport", "SkippedSource", "write", "base_metadata"]
+__all__ = ["ConversionError", "ConversionWarning", "ConversionReport", "SkippedSource", "write", "base_metadata",
+           "DEFAULT_MAX_FILE_BYTES", "check_max_file_bytes"]
+
+#: The largest source file (an image folder's file, a tar shard's member) converters read unless told otherwise
+#: (``max_file_bytes``): a size is checked before the bytes are read, so a file or member declaring more costs
+#: nothing. 256 MiB holds any compressed image within the pixel cap and raw 8-bit RGB images of 89 million
+#: pixels; raise it for bigger files (a raw 2^27-pixel RGB image is 384 MiB).
+DEFAULT_MAX_FILE_BYTES = 1 << 28
 
 
 _CLASSES_SHOWN = 20  # class names the summary lists; the metadata keeps all
@@ -94,6 +101,13 @@ class ConversionReport:
         return {"output": self.output, "num_samples": self.num_samples, "fields": self.fields,
                 "skipped": [dataclasses.asdict(item) for item in self.skipped], "notes": list(self.notes),
                 "seconds": self.seconds, "output_bytes": self.output_bytes}
+
+
+def check_max_file_bytes(value: int | None) -> int | None:
+    """``max_file_bytes`` as given, if it is a positive number of bytes or None (no cap)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConversionError(f"max_file_bytes must be a positive number of bytes or None, got {value!r}")
+    return value
 
 
 def base_metadata(source_format: str, source: Mapping[str, Any], classes: Mapping[str, list[str]] | None,

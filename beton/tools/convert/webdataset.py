@@ -18,6 +18,12 @@ What an extension holds, from its last part (``types={"ext": kind}`` overrides):
 tiff ppm pgm gif`` an image (RGBImageField through ImageFileField: stored JPEGs checked, other formats
 converted); ``cls cls2 class count index inx id`` an integer in ASCII (IntField); ``json jsn`` JSON (JSONField);
 ``txt text`` UTF-8 text (JSONField, a string); anything else the bytes (BytesField).
+
+What a shard may cost is bounded before it is read: a member larger than ``max_file_bytes`` (default
+:data:`~beton.tools.convert.report.DEFAULT_MAX_FILE_BYTES`, by the size its header declares; a compressed
+shard's 2 GiB member of zeros takes 2 MB on disk) refuses its sample without being read (it is decompressed and
+thrown away a block at a time), and a tar header's own data (a pax header, a GNU long name), which Python's
+tarfile reads whole, may be at most :data:`MAX_TAR_HEADER_BYTES`, else the shard cannot be read on.
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ from beton.fields import BytesField, IntField, JSONField
 from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.tools.convert.images import ImageOptions
-from beton.tools.convert.report import ConversionError, ConversionReport, SkippedSource, base_metadata, write
+from beton.tools.convert.report import (DEFAULT_MAX_FILE_BYTES, ConversionError, ConversionReport, SkippedSource,
+                                       base_metadata, check_max_file_bytes, write)
 
-__all__ = ["webdataset", "expand_braces", "shard_paths", "EXTENSION_KINDS", "KEY_FIELD"]
+__all__ = ["webdataset", "expand_braces", "shard_paths", "EXTENSION_KINDS", "KEY_FIELD", "MAX_TAR_HEADER_BYTES"]
 
 #: Kind of value a member holds, by the last part of its extension.
 EXTENSION_KINDS = {
@@ -50,6 +57,11 @@ KEY_FIELD = "__key__"
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
 _CHUNK_SAMPLES = 16  # samples per writer task: memory holds a few such chunks, whatever the samples' size
+#: The most bytes a tar header's own data (a pax extended header, a GNU long name or link) may hold: tarfile
+#: reads it whole before the member it describes is seen. Real ones hold a few names and numbers.
+MAX_TAR_HEADER_BYTES = 1 << 20
+_HEADER_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                 tarfile.SOLARIS_XHDTYPE)
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -96,7 +108,7 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
                *, extensions: Sequence[str] | None = None, types: Mapping[str, str] | None = None,
                keep_key: bool = True, on_error: str = "fail", metadata: Mapping[str, Any] | None = None,
                num_workers: int = -1, page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
-               **image_options: Any) -> ConversionReport:
+               max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES, **image_options: Any) -> ConversionReport:
     """Write the samples of WebDataset shards (see the module docstring).
 
     Args:
@@ -109,11 +121,13 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
             with a bad image; a damaged shard's remaining samples).
         metadata: extra file-level metadata (the shards are stored).
         num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
+        max_file_bytes: the largest member read (by its header's size); a sample with a larger member is bad and
+            the member is not read (None: no cap).
         image_options: :class:`~beton.tools.convert.images.ImageOptions` for image extensions.
     """
     paths = shard_paths(sources)
     chosen = [tuple(item.split(";")) for item in extensions] if extensions is not None else None
-    samples = _Samples(paths, chosen, on_error)
+    samples = _Samples(paths, chosen, on_error, check_max_file_bytes(max_file_bytes))
     first = samples.first_extensions()
     if chosen is None:
         chosen = [(extension,) for extension in first]
@@ -167,8 +181,9 @@ class _Names:
 class _Samples:
     """The shards' samples as tuples, in order, streamed; the converter's own refusals go to ``skipped``."""
 
-    def __init__(self, paths: list[str], chosen: list[tuple[str, ...]] | None, on_error: str) -> None:
-        self.paths, self.chosen, self.on_error = paths, chosen, on_error
+    def __init__(self, paths: list[str], chosen: list[tuple[str, ...]] | None, on_error: str,
+                 max_file_bytes: int | None) -> None:
+        self.paths, self.chosen, self.on_error, self.max_file_bytes = paths, chosen, on_error, max_file_bytes
         self.exact = False  # every sample must have exactly the chosen extensions (when chosen from the first)
         self.kinds: list[str] = []
         self.keep_key = True
@@ -180,7 +195,7 @@ class _Samples:
 
     def first_extensions(self) -> list[str]:
         for path in self.paths:  # a damaged shard is reported when the samples are read, not twice
-            for key, members in _groups(path, lambda source, reason: None):
+            for key, members in _groups(path, lambda source, reason: None, self.max_file_bytes):
                 return list(members)
         raise ConversionError(f"the shards hold no samples: {self.paths[0]}" +
                               (f" ... {self.paths[-1]}" if len(self.paths) > 1 else ""))
@@ -193,7 +208,7 @@ class _Samples:
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         yielded = 0
         for path in self.paths:
-            for key, members in _groups(path, self._refuse):
+            for key, members in _groups(path, self._refuse, self.max_file_bytes):
                 source = f"{path} {key}"
                 try:
                     values = self._values(members)
@@ -247,12 +262,13 @@ def _parse(kind: str, extension: str, data: bytes) -> Any:
     return data  # image (checked in the writer's workers) or bytes
 
 
-def _groups(path: str, refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
+def _groups(path: str, refuse: Any, max_file_bytes: int | None) -> Iterator[tuple[str, dict[str, bytes]]]:
     """(key, {extension: bytes}) of each sample of one shard, read as a stream; a damaged shard (its remaining
-    samples, and the one it broke in) or a sample with a repeated extension is refused."""
-    key, members, duplicate = None, {}, None
+    samples, and the one it broke in), a sample with a repeated extension or a member larger than
+    ``max_file_bytes`` (not read) is refused."""
+    key, members, problem = None, {}, None
     try:
-        with tarfile.open(path, mode="r|*") as archive:
+        with tarfile.open(path, mode="r|*", tarinfo=_BoundedTarInfo) as archive:
             for member in archive:
                 if not member.isfile():
                     continue
@@ -261,13 +277,17 @@ def _groups(path: str, refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
                 if not dot or not stem:
                     continue  # no key or no extension: not part of a sample (webdataset skips these too)
                 name = f"{directory}/{stem}" if directory else stem
-                data = archive.extractfile(member).read()
                 if name != key:
                     if key is not None:
-                        yield from _finished(path, key, members, duplicate, refuse)
-                    key, members, duplicate = name, {}, None
+                        yield from _finished(path, key, members, problem, refuse)
+                    key, members, problem = name, {}, None
+                if max_file_bytes is not None and member.size > max_file_bytes:
+                    problem = problem or (f"member {member.name!r} is {member.size} bytes, more than max_file_bytes="
+                                          f"{max_file_bytes} (--max-file-bytes); it was not read")
+                    continue  # the next member's header is found by skipping its data a block at a time
+                data = archive.extractfile(member).read()
                 if extension in members:
-                    duplicate = extension
+                    problem = problem or f"has .{extension} more than once (its files are not consecutive in the tar?)"
                 members[extension] = data
             _check_end(archive)
     except (tarfile.TarError, OSError, EOFError) as error:
@@ -275,7 +295,17 @@ def _groups(path: str, refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
                f"the shard cannot be read on: {error}" if key is not None else f"not a readable tar file: {error}")
         return
     if key is not None:
-        yield from _finished(path, key, members, duplicate, refuse)
+        yield from _finished(path, key, members, problem, refuse)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo whose header data (pax headers, GNU long names), which tarfile reads whole, is bounded."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_TYPES and self.size > MAX_TAR_HEADER_BYTES:
+            raise tarfile.HeaderError(f"a {self.type!r} header declares {self.size} bytes of header data, more "
+                                      f"than {MAX_TAR_HEADER_BYTES}")
+        return super()._proc_member(tarfile_)
 
 
 def _check_end(archive: tarfile.TarFile) -> None:
@@ -286,9 +316,9 @@ def _check_end(archive: tarfile.TarFile) -> None:
         raise tarfile.ReadError("it ends without the end-of-archive blocks (cut short, or a damaged header)")
 
 
-def _finished(path: str, key: str, members: dict[str, bytes], duplicate: str | None,
+def _finished(path: str, key: str, members: dict[str, bytes], problem: str | None,
               refuse: Any) -> Iterator[tuple[str, dict[str, bytes]]]:
-    if duplicate is not None:
-        refuse(f"{path} {key}", f"has .{duplicate} more than once (its files are not consecutive in the tar?)")
+    if problem is not None:
+        refuse(f"{path} {key}", problem)
     else:
         yield key, members
