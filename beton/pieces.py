@@ -34,10 +34,6 @@ class Pieces:
         """The pieces of these samples only."""
         return Pieces(self.starts[rows], self.lengths[rows], self.trailer)
 
-    def extents(self) -> np.ndarray:
-        """Bytes from each allocation's offset to the end of its last piece."""
-        return np.where(self.lengths > 0, self.starts + self.lengths, 0).max(axis=1, initial=0)
-
     def read_bytes(self) -> np.ndarray:
         """Bytes read from storage per sample: the pieces."""
         return self.lengths.sum(axis=1)
