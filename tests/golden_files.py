@@ -1,8 +1,8 @@
 """Datasets whose written bytes are pinned (tests/data/golden): one per field kind and image write mode.
 
 ``python tests/golden_files.py OUT_DIR`` writes them with whatever beton is on the path; the files in
-tests/data/golden were written by the code before the package was reorganised (commit 1c74ef3), and
-test_golden_files checks that today's writer produces the same bytes. Only the public API is used here, so
+tests/data/golden hold the bytes the format promises, and test_golden_files checks that today's writer
+produces the same bytes. Only the public API is used here, so
 the same script runs against old and new trees.
 """
 

@@ -311,7 +311,7 @@ def _takes_rows(step: Step) -> bool:
 
 def _stage_body(steps: Sequence[Step], calls: Sequence[str]) -> list[str]:
     """The stage's lines: a loop with every output's next per-sample calls, then every output's next rows calls;
-    again until all are placed. Without rows kernels, one loop (the source, hence the cached module, as before)."""
+    again until all are placed. Without rows kernels, one loop."""
     pending: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)
     for number, step in enumerate(steps):
         pending[step.output].append(number)

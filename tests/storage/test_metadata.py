@@ -52,7 +52,7 @@ def test_without_metadata_the_file_is_version_1_and_unchanged(tmp_path):
     plain = written(tmp_path, None, "plain.beton").read_bytes()
     assert written(tmp_path, {}, "empty.beton").read_bytes() == plain  # an empty object is no metadata
     assert version_of(tmp_path / "plain.beton") == fmt.FORMAT_VERSION
-    assert plain[160:252] == bytes(92)  # the metadata reference and the reserved bytes: zero, as before
+    assert plain[160:252] == bytes(92)  # the metadata reference and the reserved bytes: zero
     with beton.Reader(tmp_path / "plain.beton") as reader:
         assert reader.metadata == {} and reader.format == "beton v1"
 
