@@ -21,5 +21,6 @@ from beton.storage.shards import dataset_manifest, index
 from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter, shard_range
 
-__all__ = ["DatasetWriter", "Reader", "RemoteOptions", "verify", "VerifyReport", "shard_range", "Manifest", "read_manifest",
+__all__ = ["DatasetWriter", "Reader", "RemoteOptions", "verify", "VerifyReport", "shard_range", "Manifest",
+           "read_manifest",
            "dataset_manifest", "index", "merge", "MergeReport", "ShardedDataset", "open_dataset"]

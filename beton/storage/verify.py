@@ -30,7 +30,8 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
            remote: RemoteOptions | None = None) -> VerifyReport:
     """Check the header, every table and every page of a file against their stored CRC32.
 
-    ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is fetched and checked.
+    ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is
+    fetched and checked.
 
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
     opening, or for a record its field cannot read, such as an array payload of the wrong size) or

@@ -266,7 +266,8 @@ def _seconds(text: str) -> float:
 #: (tests/tools/test_cli.py checks), so a setting added to RemoteOptions is added here too.
 _REMOTE_FLAGS: dict[str, tuple[object, str, str]] = {
     "storage_options": (json_object, "JSON", "fsspec's options for the store, a JSON object such as "
-                                              "'{\"anon\": true}' (credentials stay in the store's usual configuration)"),
+                                             "'{\"anon\": true}' (credentials stay in the store's usual "
+                                             "configuration)"),
     "cache_dir": (str, "DIR", "keep checked pages in this local directory (shared safely by processes)"),
     "cache_limit": (byte_size, "SIZE", "bytes the page cache may hold (200GiB; default: no limit)"),
     "max_in_flight": (positive_argument, "N", "range requests at once (default 8)"),

@@ -145,7 +145,8 @@ def test_the_older_keywords_are_gone(guarded, keyword, tmp_path):
     value = {"storage_options": {}, "cache_dir": str(tmp_path), "cache_limit": 1, "remote_options": OPTIONS}[keyword]
     calls = [lambda **kw: Reader(paths[0], **kw), lambda **kw: beton.verify(paths[0], **kw),
              lambda **kw: read_head(paths[0], **kw), lambda **kw: dataset_manifest(paths, **kw),
-             lambda **kw: index(tmp_path / "x.json", paths, **kw), lambda **kw: merge(tmp_path / "x.beton", paths, **kw),
+             lambda **kw: index(tmp_path / "x.json", paths, **kw),
+             lambda **kw: merge(tmp_path / "x.beton", paths, **kw),
              lambda **kw: Loader(paths[0], batch_size=4, pipelines=PIPELINES, **kw)]
     for call in calls:
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'"):
