@@ -30,9 +30,7 @@ import urllib.request
 
 import cv2
 
-from beton.memory import ProcessCache
-from beton.storage.remote import RemoteOptions
-from beton import Loader, OrderOption
+from beton import Loader, OrderOption, RemoteOptions
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.tools.bench.contenders import ImageTask, webdataset_images, write_beton_images
 from beton.tools.bench.data import make_jpegs
@@ -154,7 +152,7 @@ def main() -> None:
                         row["local, process cache"] = epoch_rate(loader, "local, process cache")
                     with tempfile.TemporaryDirectory() as cache:
                         opened = time.perf_counter()
-                        with make_loader(server.url("photos.beton"), memory=ProcessCache(remote=RemoteOptions(cache_dir=cache))) as loader:
+                        with make_loader(server.url("photos.beton"), remote=RemoteOptions(cache_dir=cache)) as loader:
                             row["open_seconds"] = time.perf_counter() - opened
                             before = server.stats()
                             row["remote, first epoch"] = epoch_rate(loader, "remote, first epoch")

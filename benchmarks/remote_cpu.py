@@ -37,9 +37,7 @@ import zlib
 import cv2
 import fsspec
 
-from beton import Reader
-from beton.memory import ProcessCache
-from beton.storage.remote import RemoteOptions
+from beton import Reader, RemoteOptions
 from beton.storage.remote.cache import DiskPageCache
 from beton.storage.remote.fetch import RangeFetcher
 from beton.tools.bench.contenders import write_beton_images
@@ -145,8 +143,7 @@ def main() -> None:
                 row["local epoch, images/s"] = rate
                 row["local epoch"] = CPU_MS_PER_IMAGE["local"] * arguments.images / megabytes
                 with tempfile.TemporaryDirectory() as cache:
-                    memory = ProcessCache(remote=RemoteOptions(cache_dir=cache))
-                    with make_loader(url, memory=memory) as loader:
+                    with make_loader(url, remote=RemoteOptions(cache_dir=cache)) as loader:
                         before = server.stats()["cpu_seconds"]
                         rate = epoch_rate(loader, "cold")
                         row["cold epoch, server"] = (server.stats()["cpu_seconds"] - before) * 1e3 / megabytes

@@ -22,8 +22,7 @@ import tempfile
 
 import cv2
 
-from beton.memory import ProcessCache
-from beton.storage.remote import RemoteOptions
+from beton import RemoteOptions
 from beton.tools.bench.contenders import write_beton_images
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
@@ -60,8 +59,8 @@ def main() -> None:
                     row = {"local, process cache": epoch_rate(loader, "local, process cache")}
                 for name, server in servers.items():
                     with tempfile.TemporaryDirectory() as cache:
-                        memory = ProcessCache(remote=RemoteOptions(cache_dir=cache if disk_cache else None))
-                        with make_loader(server.url("photos.beton"), workers, memory=memory) as loader:
+                        remote = RemoteOptions(cache_dir=cache if disk_cache else None)
+                        with make_loader(server.url("photos.beton"), workers, remote=remote) as loader:
                             row[f"cold, {name}"] = epoch_rate(loader, f"cold, {name}")
                 row["cpu_ms_per_image"] = {k: round(v, 3) for k, v in CPU_MS_PER_IMAGE.items()}
                 result["rounds"].append(row)

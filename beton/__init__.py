@@ -17,6 +17,7 @@ from beton.errors import (
 from beton.loader import Loader
 from beton.order import OrderOption
 from beton.storage.reader import Reader
+from beton.storage.remote import RemoteOptions
 from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter
 
@@ -31,6 +32,7 @@ __all__ = [
     "Loader",
     "OrderOption",
     "Reader",
+    "RemoteOptions",
     "verify",
     "VerifyReport",
     "BetonError",

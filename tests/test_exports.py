@@ -7,7 +7,7 @@ import beton.fields
 
 def test_top_level_exports():
     assert sorted(beton.__all__) == sorted([
-        "DatasetWriter", "Loader", "OrderOption", "Reader", "verify", "VerifyReport", "BetonError", "FormatError", "CorruptDataError",
+        "DatasetWriter", "Loader", "OrderOption", "Reader", "RemoteOptions", "verify", "VerifyReport", "BetonError", "FormatError", "CorruptDataError",
         "FieldError", "EncodeError", "DecodeError", "DatasetError", "WriterError", "PipelineError",
         "LoaderError", "ResumeError", "StorageError",
     ])

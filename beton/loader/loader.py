@@ -32,7 +32,7 @@ from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
 from beton.order.remainder import Interruption, consumed_and_left, remainder
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
 from beton.storage.dataset import OpenedDataset, content_digest, open_dataset
-from beton.storage.remote import is_url
+from beton.storage.remote import RemoteOptions, is_url
 from beton.storage.shards import Source, names_one_file
 from beton.threading_layer import ensure_thread_safe_layer
 from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
@@ -56,8 +56,7 @@ class Loader:
         os_cache: FFCV's shorthand for ``memory=``: True is ``OSCache()``, False is ``ProcessCache()`` (default:
             as ``memory=`` says, else the OS cache). Contradicting ``memory=`` is an error.
             A URL, and several files as one, are always read through the process cache (there is no memory map of
-            a remote file, nor one of several files); ``ProcessCache(remote=RemoteOptions(...))`` sets how URLs are
-            read (fsspec options, a local page cache).
+            a remote file, nor one of several files); ``remote=`` sets how URLs are read.
         order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
@@ -97,6 +96,9 @@ class Loader:
             BALANCED, see :mod:`beton.order.quasi_random`; or those of a TraversalOrder subclass).
         max_image_pixels: refuse files holding an image of more decoded pixels (see :class:`~beton.Reader`);
             by default ``$BETON_MAX_IMAGE_PIXELS`` or 2**27; None lifts the cap.
+        remote: how files at URLs (and manifests listing them) are read, a :class:`~beton.RemoteOptions`: fsspec's
+            ``storage_options``, the page cache on disk (``cache_dir``, ``cache_limit``), requests in flight,
+            retries (docs/remote.md); local paths ignore it.
 
     The torch DataLoader's names are accepted where they mean something:
 
@@ -138,6 +140,7 @@ class Loader:
         compile_options: CompileOptions | None = None,
         order_kwargs: Mapping[str, Any] | None = None,
         max_image_pixels: int | None | Literal["environment"] = "environment",
+        remote: RemoteOptions | None = None,
         shuffle: bool | None = None,
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
@@ -164,11 +167,11 @@ class Loader:
             seed=seed, indices=indices, pipelines=pipelines, custom_fields=custom_fields, drop_last=drop_last,
             batches_ahead=batches_ahead, memory=memory, rank=rank, world_size=world_size, copy=copy,
             overwrite_kept=overwrite_kept, compile_options=compile_options, order_kwargs=order_kwargs,
-            max_image_pixels=max_image_pixels, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
+            max_image_pixels=max_image_pixels, remote=remote, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
         ensure_thread_safe_layer()
         # one file (a Reader) or several as one (a ShardedDataset): the rest reads both alike
         self.reader: OpenedDataset = open_dataset(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                                                  remote_options=getattr(memory, "remote", None))
+                                                  remote=remote)
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)

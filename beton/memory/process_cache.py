@@ -47,7 +47,6 @@ from beton.pipeline.operation import Source
 from beton.pipeline.slots import Slot
 from beton.storage.dataset import OpenedDataset, open_page_source
 from beton.storage.page_source import PageSource
-from beton.storage.remote import RemoteOptions
 
 __all__ = ["ProcessCache", "ProcessCacheLayer"]
 
@@ -58,15 +57,12 @@ class ProcessCache(MemoryStrategy):
 
     ``pages``: the page budget (default: twice the fewest that cannot deadlock; a smaller request is raised to
     that minimum). ``read_bandwidth``: read at most this many bytes per second, to share a disk with other jobs
-    or to measure how a pipeline behaves on slower storage (None: as fast as the file allows). ``remote``: for
-    a URL, how the remote file is read (:class:`~beton.storage.remote.RemoteOptions`: fsspec's
-    ``storage_options``, the local page cache ``cache_dir``/``cache_limit``, request tuning; see
-    docs/remote.md); local paths ignore it.
+    or to measure how a pipeline behaves on slower storage (None: as fast as the file allows). How a URL is
+    read is the Loader's ``remote=``, not the memory strategy's.
     """
 
     pages: int | None = None
     read_bandwidth: float | None = None
-    remote: RemoteOptions | None = None
 
     def __post_init__(self) -> None:
         if self.pages is not None and self.pages < 1:

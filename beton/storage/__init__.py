@@ -16,9 +16,11 @@ from beton.storage.dataset import ShardedDataset, open_dataset
 from beton.storage.manifest import Manifest, read_manifest
 from beton.storage.merge import MergeReport, merge
 from beton.storage.reader import Reader
+from beton.storage.remote import RemoteOptions
 from beton.storage.shards import dataset_manifest, index
 from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter, shard_range
 
-__all__ = ["DatasetWriter", "Reader", "verify", "VerifyReport", "shard_range", "Manifest", "read_manifest",
+__all__ = ["DatasetWriter", "Reader", "RemoteOptions", "verify", "VerifyReport", "shard_range", "Manifest",
+           "read_manifest",
            "dataset_manifest", "index", "merge", "MergeReport", "ShardedDataset", "open_dataset"]

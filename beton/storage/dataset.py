@@ -50,7 +50,7 @@ from beton.storage import page_source
 from beton.storage.manifest import Manifest, header_digest
 from beton.storage.page_source import PageSource
 from beton.storage.reader import Reader
-from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
 from beton.storage.shards import Source, dataset_manifest, names_one_file
 
@@ -64,17 +64,15 @@ OpenedDataset = Union[Reader, "ShardedDataset"]
 
 def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote_options: RemoteOptions | None = None) -> OpenedDataset:
+                 remote: RemoteOptions | None = None) -> OpenedDataset:
     """The dataset ``source`` names, opened and validated: a :class:`Reader` for one beton file (a path or URL that
     is neither a glob nor a manifest file: exactly what ``Reader(source)`` gives), else a :class:`ShardedDataset`
     (a list, even of one file; a glob; a manifest file; a Manifest). The arguments are the Reader's."""
     if names_one_file(source):
-        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                      remote_options=remote_options)
-    storage_options = remote_options.storage_options if remote_options is not None else None
-    manifest = dataset_manifest(source, storage_options=storage_options, remote_options=remote_options)
+        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels, remote=remote)
+    manifest = dataset_manifest(source, remote=remote)
     return ShardedDataset(manifest, description=_describe(source, manifest), custom_fields=custom_fields,
-                          max_image_pixels=max_image_pixels, remote_options=remote_options)
+                          max_image_pixels=max_image_pixels)
 
 
 def content_digest(dataset: OpenedDataset) -> str:
@@ -109,20 +107,21 @@ class ShardedDataset:
     ``first_page[k + 1]``) and ``shifts`` (virtual offset minus the shard's own offset, per shard).
 
     ``dataset[g]`` and :meth:`payload` take global sample indices. Close it (or use it as a context manager) to
-    release the shards.
+    release the shards. Shards at URLs are opened as ``remote`` says (default: the manifest's own
+    :class:`~beton.storage.remote.RemoteOptions`).
     """
 
     def __init__(self, manifest: Manifest, *, description: str | None = None,
                  custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote_options: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None) -> None:
         if not manifest.shards:
             raise ShardError("no shards given: a dataset has at least one file")
         self.manifest = manifest
         self.path = description or _describe(manifest, manifest)
         self.readers: tuple[Reader, ...] = ()
         self.readers = _open_shards(manifest, dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels),
-                                    remote_options)
+                                    remote if remote is not None else manifest.remote)
         try:
             self._join()
         except BaseException:
@@ -316,23 +315,19 @@ class ShardedPages:
 # ---- opening ----------------------------------------------------------------------------------------------
 
 def _open_shards(manifest: Manifest, reader_options: dict[str, Any],
-                 remote_options: RemoteOptions | None) -> tuple[Reader, ...]:
+                 remote: RemoteOptions | None) -> tuple[Reader, ...]:
     """Every shard opened and checked against the manifest, in order (URLs several at once); on failure, the ones
     opened are closed and the first failure in order is raised."""
     locations = [shard.location for shard in manifest.shards]
-    remote = sum(1 for location in locations if is_url(location))
-    if remote_options is not None and remote > 1:  # one read-ahead budget for all: see the module docstring
-        remote_options = dataclasses.replace(remote_options,
-                                             prefetch_bytes=max(1, remote_options.prefetch_bytes // remote))
-    elif remote > 1:
-        defaults = RemoteOptions()
-        remote_options = dataclasses.replace(defaults, prefetch_bytes=max(1, defaults.prefetch_bytes // remote))
+    urls = sum(1 for location in locations if is_url(location))
+    if urls > 1:  # one read-ahead budget for all: see the module docstring
+        remote = remote_or_default(remote)
+        remote = dataclasses.replace(remote, prefetch_bytes=max(1, remote.prefetch_bytes // urls))
 
     def one(number: int) -> Reader:
         location = locations[number]
-        options = dict(reader_options, remote_options=remote_options) if is_url(location) else reader_options
         try:
-            return manifest.open_shard(number, **options)
+            return manifest.open_shard(number, remote=remote, **reader_options)
         except FileNotFoundError as error:
             if isinstance(error, BetonError):
                 raise
@@ -341,11 +336,11 @@ def _open_shards(manifest: Manifest, reader_options: dict[str, Any],
 
     opened: list[Reader | None] = [None] * len(locations)
     try:
-        if remote < 2:
+        if urls < 2:
             for number in range(len(locations)):
                 opened[number] = one(number)
         else:
-            with concurrent.futures.ThreadPoolExecutor(min(remote, _MAX_CONCURRENT_OPENS),
+            with concurrent.futures.ThreadPoolExecutor(min(urls, _MAX_CONCURRENT_OPENS),
                                                        thread_name_prefix="beton-open") as pool:
                 futures = [pool.submit(one, number) for number in range(len(locations))]
                 for number, future in enumerate(futures):

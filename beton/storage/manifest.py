@@ -50,7 +50,7 @@ from beton import _json, dtypes
 from beton.errors import FormatError, ShardError, StorageError, error_context, locate
 from beton.storage.file_builder import create_temporary
 from beton.storage.reader import FieldDescriptor, Reader
-from beton.storage.remote import RemoteOptions, is_url, resolve_remote_options
+from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher, import_fsspec
 
 __all__ = ["Manifest", "Shard", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
@@ -168,12 +168,15 @@ class Shard:
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """The shards of one dataset in order, and their common fields. ``source`` is the manifest file it was read
-    from, or None for one built in memory. Build one with :meth:`of`, :func:`read_manifest` or
+    from, or None for one built in memory. ``remote``: the :class:`~beton.storage.remote.RemoteOptions` it was
+    read with, with which :meth:`open_shard` and :meth:`write` reach URLs (not part of what the manifest says, so
+    not compared). Build one with :meth:`of`, :func:`read_manifest` or
     :func:`beton.storage.shards.dataset_manifest`."""
 
     shards: tuple[Shard, ...]
     fields: tuple[FieldSpec, ...]
     source: str | None = None
+    remote: RemoteOptions | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, entries: Iterable[tuple[str, int, str]], fields: Sequence[FieldSpec],
@@ -215,8 +218,10 @@ class Manifest:
     # ---- shards ---------------------------------------------------------------------------------------------
 
     def open_shard(self, number: int, **reader_options: Any) -> Reader:
-        """Open shard ``number`` as a :class:`~beton.storage.reader.Reader` (``reader_options`` as the Reader's) and
-        check it against the manifest (:meth:`check_shard`); the caller closes it."""
+        """Open shard ``number`` as a :class:`~beton.storage.reader.Reader` (``reader_options`` as the Reader's;
+        ``remote`` defaults to the manifest's own) and check it against the manifest (:meth:`check_shard`); the
+        caller closes it."""
+        reader_options.setdefault("remote", self.remote)
         reader = Reader(self.shards[number].location, **reader_options)
         try:
             self.check_shard(number, reader)
@@ -261,13 +266,14 @@ class Manifest:
         fields = lines([field.to_json() for field in self.fields])
         return f'{head[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
 
-    def write(self, location: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> None:
+    def write(self, location: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> None:
         """Write the manifest file: a local file atomically (a temporary file renamed into place), a URL as one
-        object (object stores replace objects whole)."""
+        object (object stores replace objects whole), reached with ``remote`` (default: the manifest's own)."""
         location = os.fspath(location)
+        options = remote_or_default(remote if remote is not None else self.remote)
         data = self.to_json(location)
         if is_url(location):
-            fs, path = import_fsspec().core.url_to_fs(location, **dict(storage_options or {}))
+            fs, path = import_fsspec().core.url_to_fs(location, **dict(options.storage_options))
             try:
                 fs.pipe_file(path, data)
             except NotImplementedError:
@@ -294,21 +300,22 @@ class Manifest:
 
 # ---- reading manifest files -----------------------------------------------------------------------------------
 
-def read_manifest(location: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None,
-                  remote_options: RemoteOptions | None = None) -> Manifest:
-    """The manifest file at ``location`` (a path or URL), validated (module docstring); FormatError naming the file
-    and the entry for anything else. Shards are not opened."""
+def read_manifest(location: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> Manifest:
+    """The manifest file at ``location`` (a path or URL, read as ``remote`` says), validated (module docstring);
+    FormatError naming the file and the entry for anything else. Shards are not opened; the manifest keeps
+    ``remote`` for opening them."""
     location = os.fspath(location)
+    options = remote_or_default(remote)
     with error_context(path=location):
         if is_url(location):
-            fetcher = RangeFetcher(location, resolve_remote_options(remote_options, storage_options=storage_options))
+            fetcher = RangeFetcher(location, options)
             _check_size(fetcher.size)
             data = fetcher.fetch(0, fetcher.size, "the manifest")
         else:
             with open(location, "rb") as file:
                 data = file.read(MAX_MANIFEST_BYTES + 1)
             _check_size(len(data))
-        return parse_manifest(data, location)
+        return dataclasses.replace(parse_manifest(data, location), remote=remote)
 
 
 def _check_size(size: int) -> None:

@@ -75,14 +75,13 @@ class MergeReport:
 
 def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | None = None,
           metadata: Mapping[str, Any] | None | Literal["shards"] = "shards",
-          custom_fields: Mapping[str, type[Field]] | None = None, storage_options: Mapping[str, Any] | None = None,
-          remote_options: RemoteOptions | None = None) -> MergeReport:
+          custom_fields: Mapping[str, type[Field]] | None = None, remote: RemoteOptions | None = None) -> MergeReport:
     """Combine the shards ``source`` names (files, URLs, globs, manifest files or a list of them: see
     :func:`~beton.storage.shards.dataset_manifest`) into the local file ``output`` (module docstring).
 
     ``page_size``: the merged file's (default: the first shard's). ``metadata``: "shards" (default) takes the
     shards' file-level metadata, which must be the same in all; a mapping (or None: none) sets it instead.
-    ``custom_fields``, ``storage_options``, ``remote_options``: as for :class:`~beton.Reader`.
+    ``custom_fields``, ``remote`` (how shards and manifests at URLs are read): as for :class:`~beton.Reader`.
     """
     output = os.fspath(output)
     if is_url(output):
@@ -92,8 +91,7 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
                          f"got {page_size}")
     from_shards = isinstance(metadata, str) and metadata == "shards"
     chosen_metadata = None if from_shards else encode_metadata(metadata)  # type: ignore[arg-type]
-    remote = {"storage_options": storage_options, "remote_options": remote_options}
-    manifest = dataset_manifest(source, **remote)
+    manifest = dataset_manifest(source, remote=remote)  # its shards open with the same remote=
     if not manifest.shards:
         raise ValueError("the dataset lists no shards: nothing to merge")
     started = time.perf_counter()
@@ -102,7 +100,7 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
         try:
             first_metadata: dict[str, Any] = {}
             for number, shard in enumerate(manifest.shards):
-                with manifest.open_shard(number, custom_fields=custom_fields, **remote) as reader, \
+                with manifest.open_shard(number, custom_fields=custom_fields) as reader, \
                         error_context(path=shard.location):
                     if builder is None:
                         first_metadata = reader.metadata

@@ -37,7 +37,7 @@ from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
 from beton.fields.ffcv_contract import field_from_arguments
 from beton.fields.registry import FieldClasses, unregistered_reason
-from beton.storage.remote import RemoteFile, RemoteOptions, is_url, resolve_remote_options
+from beton.storage.remote import RemoteFile, RemoteOptions, is_url, remote_or_default
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
 
@@ -83,9 +83,9 @@ class Reader:
 
     ``path`` may be a URL (``https://...``, ``s3://bucket/key``, anything fsspec resolves; see docs/remote.md):
     the header and tables are fetched by byte range and validated as a local file's, and payloads come from whole
-    pages checked against their CRC32. ``storage_options`` go to fsspec, ``cache_dir``/``cache_limit`` keep
-    pages on local disk, ``remote_options`` tunes requests (:class:`~beton.storage.remote.RemoteOptions`); local
-    paths ignore all four. ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
+    pages checked against their CRC32. ``remote`` (a :class:`~beton.storage.remote.RemoteOptions`) says how: fsspec's
+    ``storage_options``, the page cache on disk, requests in flight, retries; a local path ignores it. The
+    attribute ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
     """
 
     #: Where each heap page ends, for heaps whose pages are not all ``page_size`` long before the last one (a
@@ -95,17 +95,15 @@ class Reader:
     def __init__(
         self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
         max_image_pixels: int | None | Literal["environment"] = "environment",
-        storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | None = None, remote_options: RemoteOptions | None = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
                                  else max_image_pixels)
+        options = remote_or_default(remote)
         self.remote: RemoteFile | None = None
         with error_context(path=self.path):
             if is_url(self.path):
-                options = resolve_remote_options(remote_options, storage_options=storage_options,
-                                                 cache_dir=cache_dir, cache_limit=cache_limit)
                 self._open_remote(custom_fields, options)
             else:
                 self._open(custom_fields)
@@ -328,13 +326,13 @@ class FileHead:
     descriptors: dict[str, FieldDescriptor]
 
 
-def read_head(path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None,
-              remote_options: RemoteOptions | None = None) -> FileHead:
+def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> FileHead:
     """The header and field table of a beton file (a path or URL), checked as :class:`Reader` checks them (magic,
     version, header CRC32, the layout against the file's size, the field table's CRC32 and contents) without
     reading the other tables: what a manifest records of a shard, for the cost of two small reads. FFCV files
-    carry no checksums and are refused (FormatError)."""
+    carry no checksums and are refused (FormatError). ``remote``: as for :class:`Reader`."""
     path = os.fspath(path)
+    options = remote_or_default(remote)
     with error_context(path=path):
         if not is_url(path):
             try:
@@ -342,20 +340,19 @@ def read_head(path: str | os.PathLike[str], *, storage_options: Mapping[str, Any
             except ValueError:  # numpy refuses to map an empty file
                 raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
             return _head(path, file_map)
-        options = resolve_remote_options(remote_options, storage_options=storage_options)
-        remote = RemoteFile(path, options)
+        opened = RemoteFile(path, options)
         try:
             attempt = 0
             while True:
                 try:
-                    return _head(path, remote.structure())
+                    return _head(path, opened.structure())
                 except CorruptDataError:  # a byte damaged on the way: fetched again, as the Reader does
                     if attempt == options.retries:
                         raise
-                    remote.fetcher.pause(attempt)
+                    opened.fetcher.pause(attempt)
                     attempt += 1
         finally:
-            remote.close()
+            opened.close()
 
 
 def _head(path: str, file_map: np.ndarray) -> FileHead:

@@ -21,17 +21,18 @@ for a URL as for a path), not the other tables: opening a shard is left to whoev
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import glob
 import os
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Union
 
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.storage.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
 from beton.storage.reader import read_head
-from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import import_fsspec
 from beton.storage.verify import verify_reader
 
@@ -58,12 +59,15 @@ def names_one_file(source: Source) -> bool:
     return not is_manifest_name(item) and not _is_glob(item)
 
 
-def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | None = None,
-                     remote_options: RemoteOptions | None = None) -> Manifest:
+def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None) -> Manifest:
     """The shards, in order, of the dataset ``source`` names (module docstring). A manifest file read alone keeps
-    its ``source``; anything else is a manifest built in memory (``source`` None)."""
+    its ``source``; anything else is a manifest built in memory (``source`` None). URLs are read as ``remote``
+    (a :class:`~beton.storage.remote.RemoteOptions`) says, and the manifest keeps it for opening its shards
+    (:meth:`~beton.storage.manifest.Manifest.open_shard`); a Manifest given keeps its own unless ``remote`` is
+    given."""
+    remote_or_default(remote)  # a slip is named here, before anything is read
     if isinstance(source, Manifest):
-        return source
+        return source if remote is None else dataclasses.replace(source, remote=remote)
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise ShardError("no shards given: name at least one file, glob or manifest")
@@ -73,32 +77,31 @@ def dataset_manifest(source: Source, *, storage_options: Mapping[str, Any] | Non
             raise TypeError(f"a dataset is named by paths, URLs, globs or manifest files, got {type(item).__name__}")
         item = os.fspath(item)
         if is_manifest_name(item):
-            named.append(read_manifest(item, storage_options=storage_options, remote_options=remote_options))
+            named.append(read_manifest(item, remote=remote))
         else:
-            named += _expand(item, storage_options)
-    files = _one_file_manifests([entry for entry in named if isinstance(entry, str)], storage_options, remote_options)
+            named += _expand(item, remote)
+    files = _one_file_manifests([entry for entry in named if isinstance(entry, str)], remote)
     parts = [files[entry] if isinstance(entry, str) else entry for entry in named]
-    return parts[0] if len(parts) == 1 else _concatenate(parts)
+    return dataclasses.replace(parts[0] if len(parts) == 1 else _concatenate(parts), remote=remote)
 
 
-def _one_file_manifests(paths: list[str], storage_options: Mapping[str, Any] | None,
-                        remote_options: RemoteOptions | None) -> dict[str, Manifest]:
+def _one_file_manifests(paths: list[str], remote: RemoteOptions | None) -> dict[str, Manifest]:
     """A manifest of one shard per file, from its header and field table. URLs are read several at once (each costs
     a few round trips), local files one after the other."""
 
     def one(path: str) -> Manifest:
         try:
-            head = read_head(path, storage_options=storage_options, remote_options=remote_options)
+            head = read_head(path, remote=remote)
         except FileNotFoundError as error:
             if isinstance(error, BetonError):
                 raise
             raise locate(ShardNotFoundError(f"no such file: {error}"), path=path) from None
         return Manifest.of([(path, head.num_samples, header_digest(head.header))], field_specs(head.descriptors))
 
-    remote = sum(1 for path in paths if is_url(path))
-    if remote < 2:
+    urls = sum(1 for path in paths if is_url(path))
+    if urls < 2:
         return {path: one(path) for path in paths}
-    with concurrent.futures.ThreadPoolExecutor(min(remote, _MAX_CONCURRENT_HEADS),
+    with concurrent.futures.ThreadPoolExecutor(min(urls, _MAX_CONCURRENT_HEADS),
                                                thread_name_prefix="beton-head") as pool:
         return dict(zip(paths, pool.map(one, paths)))  # in order: the first failure in order is raised
 
@@ -149,12 +152,12 @@ def _refuse_http_glob(url: str) -> None:
             path=url)
 
 
-def _expand(item: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     """The files a path, URL or glob names, in order."""
     if not _is_glob(item):
         return [item]
     if is_url(item):
-        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(storage_options or {}))
+        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(remote_or_default(remote).storage_options))
         matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
     else:
         matches = sorted(glob.glob(item))
@@ -164,26 +167,25 @@ def _expand(item: str, storage_options: Mapping[str, Any] | None) -> list[str]:
 
 
 def index(output: str | os.PathLike[str], source: Source, *, verify: bool = False,
-          custom_fields: Mapping[str, type[Field]] | None = None, storage_options: Mapping[str, Any] | None = None,
-          remote_options: RemoteOptions | None = None) -> Manifest:
+          custom_fields: Mapping[str, type[Field]] | None = None, remote: RemoteOptions | None = None) -> Manifest:
     """``beton index``: write the manifest file ``output`` (a path or URL ending in ``.json``) for the shards
     ``source`` names, in that order, and return the manifest.
 
     Every shard is opened and validated as a Reader validates a file (header, every table, every record against its
     field); with ``verify`` every page's CRC32 is checked too (``beton verify`` of each shard). Shards are listed
     relative to the manifest where they lie in its directory or below, else by URL; a local shard elsewhere is a
-    ValueError (see :mod:`beton.storage.manifest` for why).
+    ValueError (see :mod:`beton.storage.manifest` for why). ``remote``: how shards, manifests and ``output`` at
+    URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest returned.
     """
     output = os.fspath(output)
     if not is_manifest_name(output):
         raise ValueError(f"a manifest file's name ends in .json (that is how readers tell it from a beton file), "
                          f"got {output!r}")
-    manifest = dataset_manifest(source, storage_options=storage_options, remote_options=remote_options)
-    remote = {"storage_options": storage_options, "remote_options": remote_options}
+    manifest = dataset_manifest(source, remote=remote)
     for number, shard in enumerate(manifest.shards):
-        with manifest.open_shard(number, custom_fields=custom_fields, **remote) as reader, \
+        with manifest.open_shard(number, custom_fields=custom_fields) as reader, \
                 error_context(path=shard.location):
             if verify:
                 verify_reader(reader)
-    manifest.write(output, storage_options=storage_options)
-    return Manifest(manifest.shards, manifest.fields, source=output)
+    manifest.write(output)
+    return dataclasses.replace(manifest, source=output)

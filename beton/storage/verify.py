@@ -5,9 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import zlib
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 
 from beton.errors import CorruptDataError, error_context, locate
@@ -30,20 +27,18 @@ class VerifyReport:
 
 
 def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None, *,
-           storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None,
-           cache_limit: int | None = None, remote_options: RemoteOptions | None = None) -> VerifyReport:
+           remote: RemoteOptions | None = None) -> VerifyReport:
     """Check the header, every table and every page of a file against their stored CRC32.
 
-    ``path`` may be a URL (the other arguments as for :class:`~beton.Reader`): every page is fetched and checked.
+    ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is
+    fetched and checked.
 
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
     opening, or for a record its field cannot read, such as an array payload of the wrong size) or
     :class:`~beton.errors.CorruptDataError` naming the first bad page and the samples with payload bytes on it (a
     page has one CRC32, so the damaged one cannot be told from the others on its page).
     """
-    remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_limit": cache_limit,
-              "remote_options": remote_options}
-    with Reader(path, custom_fields=custom_fields, **remote) as reader:
+    with Reader(path, custom_fields=custom_fields, remote=remote) as reader:
         return verify_reader(reader)
 
 

@@ -13,6 +13,10 @@
     beton tune IN [-o OUT]               store some images raw so decoding and reading balance here
     beton bench [--quick]                the side-by-side benchmark suite
 
+``info``, ``verify``, ``index`` and ``merge`` read URLs; their flags ``--storage-options JSON``, ``--cache-dir DIR``,
+``--cache-limit SIZE``, ``--max-in-flight N``, ... (one per field of :class:`~beton.RemoteOptions`) build the one
+``RemoteOptions`` the command passes as ``remote=``.
+
 Exit codes: 0 success (for ``convert``: the file was written; sources left out by ``--on-error skip`` are
 listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments.
 Errors print as one line; ``--debug`` adds the traceback. Text taken from a file (names, arguments) is printed
@@ -34,6 +38,7 @@ import numpy as np
 from beton._version import __version__
 from beton.errors import BetonError
 from beton.storage.reader import Reader
+from beton.storage.remote import RemoteOptions
 from beton.storage.verify import verify
 from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
                                          positive_argument)
@@ -106,13 +111,13 @@ def _bytes(count: int) -> str:
 
 
 def _info(arguments: argparse.Namespace) -> int:
-    with Reader(arguments.file) as reader:
+    with Reader(arguments.file, remote=arguments.remote) as reader:
         print(describe(reader))
     return 0
 
 
 def _verify(arguments: argparse.Namespace) -> int:
-    report = verify(arguments.file)
+    report = verify(arguments.file, remote=arguments.remote)
     if not report.checksummed:
         print(f"OK (structure only: the file has no checksums): {report.path}: {report.num_samples} samples")
         return 0
@@ -124,7 +129,7 @@ def _verify(arguments: argparse.Namespace) -> int:
 def _index(arguments: argparse.Namespace) -> int:
     from beton.storage.shards import index
 
-    manifest = index(arguments.output, arguments.shards, verify=arguments.verify)
+    manifest = index(arguments.output, arguments.shards, verify=arguments.verify, remote=arguments.remote)
     checked = "every page checked" if arguments.verify else "headers and tables checked"
     print(f"wrote {arguments.output}: {len(manifest.shards)} shards, {manifest.num_samples} samples ({checked})")
     return 0
@@ -136,7 +141,8 @@ def _merge(arguments: argparse.Namespace) -> int:
     metadata: object = "shards" if arguments.metadata is None else arguments.metadata  # {} sets none, as None
     if arguments.no_metadata:
         metadata = None
-    report = merge(arguments.output, arguments.shards, page_size=arguments.page_size, metadata=metadata)
+    report = merge(arguments.output, arguments.shards, page_size=arguments.page_size, metadata=metadata,
+                   remote=arguments.remote)
     print(f"wrote {report.path}: {report.num_samples} samples from {len(report.shards)} shards "
           f"({report.seconds:.1f} s)")
     return 0
@@ -242,6 +248,54 @@ def _existing_path(text: str) -> str:
     return text
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+#: The flags that build a command's RemoteOptions: field -> (type, metavar, help). Every field has one
+#: (tests/tools/test_cli.py checks), so a setting added to RemoteOptions is added here too.
+_REMOTE_FLAGS: dict[str, tuple[object, str, str]] = {
+    "storage_options": (json_object, "JSON", "fsspec's options for the store, a JSON object such as "
+                                             "'{\"anon\": true}' (credentials stay in the store's usual "
+                                             "configuration)"),
+    "cache_dir": (str, "DIR", "keep checked pages in this local directory (shared safely by processes)"),
+    "cache_limit": (byte_size, "SIZE", "bytes the page cache may hold (200GiB; default: no limit)"),
+    "max_in_flight": (positive_argument, "N", "range requests at once (default 8)"),
+    "retries": (_non_negative, "N", "further attempts after a transient failure (default 5)"),
+    "backoff": (_seconds, "SECONDS", "pause before the first retry, doubled for each further one (default 0.2)"),
+    "max_backoff": (_seconds, "SECONDS", "longest pause between retries (default 10)"),
+    "timeout": (_seconds, "SECONDS", "seconds one request may take (default 60)"),
+    "request_bytes": (byte_size, "SIZE", "consecutive pages fetched in one request up to this size (default 8MiB)"),
+    "prefetch_bytes": (byte_size, "SIZE", "pages fetched ahead and held in memory (default 128MiB)"),
+}
+
+
+def _add_remote_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("files at URLs", "how URLs are read (docs/remote.md); local paths ignore "
+                                                       "these")
+    for name, (kind, metavar, text) in _REMOTE_FLAGS.items():
+        group.add_argument("--" + name.replace("_", "-"), dest=f"remote_{name}", type=kind, default=None,
+                           metavar=metavar, help=text)
+    parser.set_defaults(remote_flags=True)
+
+
+def _remote_options(arguments: argparse.Namespace) -> RemoteOptions:
+    """The RemoteOptions a command's flags build (the defaults for flags not given)."""
+    given = {name: getattr(arguments, f"remote_{name}") for name in _REMOTE_FLAGS
+             if getattr(arguments, f"remote_{name}", None) is not None}
+    return RemoteOptions(**given)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``beton`` command's argument parser, every command and option with its help text."""
     parser = argparse.ArgumentParser(prog="beton",
@@ -250,10 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
-    info.add_argument("file", help="the .beton (or FFCV) file")
+    info.add_argument("file", help="the .beton (or FFCV) file, a path or URL")
+    _add_remote_flags(info)
     info.set_defaults(run=_info)
     check = commands.add_parser("verify", help="check every checksum; exit 1 naming the first bad page/sample")
-    check.add_argument("file", help="the .beton (or FFCV) file")
+    check.add_argument("file", help="the .beton (or FFCV) file, a path or URL")
+    _add_remote_flags(check)
     check.set_defaults(run=_verify)
 
     indexing = commands.add_parser("index", help="write a manifest of shards written apart",
@@ -264,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     indexing.add_argument("shards", nargs="+", metavar="SHARD",
                           help="shards in order: paths, URLs, globs (sorted by name) or manifests")
     indexing.add_argument("--verify", action="store_true", help="check every page of every shard too")
+    _add_remote_flags(indexing)
     indexing.set_defaults(run=_index)
 
     merging = commands.add_parser("merge", help="combine shards (or a manifest's) into one file",
@@ -279,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the merged file's metadata, a JSON object such as '{\"name\": \"train\"}' "
                              "(default: the shards', which must agree)")
     choice.add_argument("--no-metadata", action="store_true", help="write no file-level metadata")
+    _add_remote_flags(merging)
     merging.set_defaults(run=_merge)
 
     add_convert_parser(commands, escape=printable)
@@ -331,7 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = build_parser().parse_args(argv)
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    if getattr(arguments, "remote_flags", False):
+        try:
+            arguments.remote = _remote_options(arguments)
+        except ValueError as error:  # settings that disagree (RemoteOptions checks them): bad arguments, exit 2
+            parser.error(f"{arguments.command}: {error}")
     try:
         return arguments.run(arguments)
     except (BetonError, OSError, ValueError) as error:

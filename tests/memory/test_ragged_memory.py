@@ -182,17 +182,17 @@ def test_over_a_url_only_the_windows_pages_are_fetched_and_batches_match_the_loc
     pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
     from range_server import RangeServer
 
-    from beton.storage.remote import RemoteOptions
+    from beton import RemoteOptions
 
     pipelines = {"tokens": [RaggedDecoder(64, window="random"), PadToLongest()]}
 
-    def batches(path, memory):
-        with Loader(path, batch_size=32, num_workers=2, seed=3, pipelines=pipelines, memory=memory) as loader:
+    def batches(path, **options):
+        with Loader(path, batch_size=32, num_workers=2, seed=3, pipelines=pipelines, **options) as loader:
             return [(padded.values.copy(), padded.lengths.copy()) for (padded,) in loader]
 
-    expected = batches(long_tailed_file, OSCache())
+    expected = batches(long_tailed_file, memory=OSCache())
     with RangeServer(long_tailed_file.parent) as server:
-        got = batches(server.url(long_tailed_file.name), ProcessCache(remote=RemoteOptions(prefetch_bytes=4 * PAGE)))
+        got = batches(server.url(long_tailed_file.name), remote=RemoteOptions(prefetch_bytes=4 * PAGE))
         sent = server.bytes_sent
     assert len(got) == len(expected) == 7
     for (values, lengths), (values2, lengths2) in zip(expected, got):

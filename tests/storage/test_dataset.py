@@ -27,7 +27,7 @@ from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder, RaggedDecoder, SimpleRGBImageDecoder
 from beton.errors import BetonError, FormatError, ShardError, ShardNotFoundError
 from beton.fields import FloatField, IntField, NDArrayField, RaggedArrayField, RGBImageField
-from beton.memory import OSCache, ProcessCache
+from beton.memory import OSCache
 from beton.memory.os_cache import OSCacheLayer
 from beton.memory.process_cache import ProcessCacheLayer
 from beton.storage import Manifest, dataset_manifest, index
@@ -278,12 +278,12 @@ def test_files_changed_under_a_running_union_raise_naming_the_shard(tmp_path):
 def test_shards_and_manifests_at_urls(aligned, tmp_path):
     pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
     pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
-    from beton.storage.remote import RemoteOptions
+    from beton import RemoteOptions
 
     from range_server import RangeServer
 
     whole, parts, _ = aligned
-    memory = ProcessCache(remote=RemoteOptions(retries=2, backoff=0.001, timeout=5.0, cache_dir=tmp_path / "cache"))
+    remote = RemoteOptions(retries=2, backoff=0.001, timeout=5.0, cache_dir=tmp_path / "cache")
     expected = epochs(whole, order=OrderOption.QUASI_RANDOM, pipelines=AUGMENTED)
     with RangeServer(os.path.dirname(whole)) as server:
         urls = [server.url(os.path.basename(part)) for part in parts]
@@ -294,7 +294,7 @@ def test_shards_and_manifests_at_urls(aligned, tmp_path):
         assert all(entry["path"].startswith("http://127.0.0.1")
                    for entry in json.loads(listing.read_text())["shards"])
         for source in (urls, mixed, beside, str(listing)):
-            got = epochs(source, order=OrderOption.QUASI_RANDOM, pipelines=AUGMENTED, memory=memory)
+            got = epochs(source, order=OrderOption.QUASI_RANDOM, pipelines=AUGMENTED, remote=remote)
             assert got == expected, source
         assert server.requests > 0
 
@@ -389,15 +389,15 @@ def test_a_manifest_object_is_a_dataset_too(aligned):
 def test_remote_shards_are_fetched_ahead_in_runs_of_pages(aligned):
     pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
     pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
-    from beton.storage.remote import RemoteOptions
+    from beton import RemoteOptions
 
     from range_server import RangeServer
 
     whole, parts, _ = aligned
-    memory = ProcessCache(remote=RemoteOptions(retries=2, backoff=0.001, timeout=5.0))
+    remote = RemoteOptions(retries=2, backoff=0.001, timeout=5.0)
     with RangeServer(os.path.dirname(whole)) as server:
         urls = [server.url(os.path.basename(part)) for part in parts]
-        with Loader(urls, batch_size=16, num_workers=2, seed=7, memory=memory) as loader:
+        with Loader(urls, batch_size=16, num_workers=2, seed=7, remote=remote) as loader:
             opened = server.requests  # headers and tables
             for _ in loader:
                 pass
@@ -411,16 +411,16 @@ def test_remote_shards_are_fetched_ahead_in_runs_of_pages(aligned):
 def test_a_remote_shard_replaced_between_epochs_raises_naming_it_before_its_bytes_are_used(tmp_path):
     pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
     pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the 'remote' extra)")
-    from beton.storage.remote import RemoteOptions
+    from beton import RemoteOptions
 
     from range_server import RangeServer
 
     samples = [(small_image(i), i) for i in range(100)]
     whole, parts, _ = write_split(tmp_path, IMAGE_FIELDS, samples, [0, 50, 100])
-    memory = ProcessCache(remote=RemoteOptions(retries=1, backoff=0.001, timeout=5.0))
+    remote = RemoteOptions(retries=1, backoff=0.001, timeout=5.0)
     with RangeServer(tmp_path) as server:
         urls = [server.url(os.path.basename(part)) for part in parts]
-        with Loader(urls, batch_size=10, num_workers=1, memory=memory) as loader:
+        with Loader(urls, batch_size=10, num_workers=1, remote=remote) as loader:
             assert [int(label) for _, labels in loader for label in labels] == list(range(100))
             # the second shard rewritten with other labels (same size: only its version markers tell)
             os.makedirs(tmp_path / "new")

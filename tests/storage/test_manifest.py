@@ -353,26 +353,27 @@ def http_shards(shards, tmp_path):
 
 def test_a_manifest_at_a_url_lists_shards_beside_it(http_shards, shards, tmp_path):
     from beton.storage.merge import merge
-    from beton.storage.remote import RemoteOptions
+    from beton import RemoteOptions
 
     fast = RemoteOptions(retries=2, backoff=0.001, timeout=5.0)
     url = http_shards.url("train.json")
-    manifest = read_manifest(url, remote_options=fast)
+    manifest = read_manifest(url, remote=fast)
     assert [shard.location for shard in manifest.shards] == [http_shards.url(f"part-{k}.beton") for k in range(3)]
-    with manifest.open_shard(2, remote_options=fast) as reader:
+    assert manifest.remote is fast
+    with manifest.open_shard(2) as reader:  # with the options the manifest was read with
         assert reader[0][0] == 13
-    merge(tmp_path / "merged.beton", url, remote_options=fast)
+    merge(tmp_path / "merged.beton", url, remote=fast)
     merge(tmp_path / "local.beton", shards)
     with open(tmp_path / "merged.beton", "rb") as a, open(tmp_path / "local.beton", "rb") as b:
         assert a.read() == b.read()
     urls = [http_shards.url(f"part-{k}.beton") for k in range(3)]
-    local_manifest = index(tmp_path / "urls.json", urls, verify=True, remote_options=fast)  # several at once
+    local_manifest = index(tmp_path / "urls.json", urls, verify=True, remote=fast)  # several at once
     assert [entry["path"] for entry in json.loads((tmp_path / "urls.json").read_text())["shards"]] == urls
     assert local_manifest.num_samples == 40
     from range_server import Fault
 
     http_shards.faults.append(Fault("corrupt", name="part-2.beton", from_byte=4096))  # a damaged page, fetched again
-    merge(tmp_path / "again.beton", urls, remote_options=fast)
+    merge(tmp_path / "again.beton", urls, remote=fast)
     assert http_shards.faults[0].times == 0  # the damaged answer was given, and not copied
     with open(tmp_path / "again.beton", "rb") as a, open(tmp_path / "local.beton", "rb") as b:
         assert a.read() == b.read()
@@ -383,6 +384,8 @@ def test_s3_globs_and_manifests_written_to_s3(shards, tmp_path):
     moto_server = pytest.importorskip("moto.server", reason="the S3 tests run moto's server (the 'test' extra)")
     import fsspec
 
+    from beton import RemoteOptions
+
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -392,14 +395,15 @@ def test_s3_globs_and_manifests_written_to_s3(shards, tmp_path):
         fs.mkdir("shards")
         for k, path in enumerate(shards):
             fs.put_file(path, f"shards/train/part-{k}.beton")
-        manifest = dataset_manifest("s3://shards/train/part-*.beton", storage_options=options)
+        remote = RemoteOptions(storage_options=options)
+        manifest = dataset_manifest("s3://shards/train/part-*.beton", remote=remote)
         assert [shard.location for shard in manifest.shards] == [f"s3://shards/train/part-{k}.beton" for k in range(3)]
-        index("s3://shards/train.json", "s3://shards/train/part-*.beton", storage_options=options)
+        index("s3://shards/train.json", "s3://shards/train/part-*.beton", remote=remote)
         document = json.loads(fs.cat_file("shards/train.json"))
         assert [entry["path"] for entry in document["shards"]] == [f"train/part-{k}.beton" for k in range(3)]
-        again = read_manifest("s3://shards/train.json", storage_options=options)
+        again = read_manifest("s3://shards/train.json", remote=remote)
         assert again.shards == manifest.shards
-        with again.open_shard(0, storage_options=options) as reader:
+        with again.open_shard(0) as reader:  # the manifest's own RemoteOptions reach the bucket
             assert len(reader) == 13
     finally:
         server.stop()

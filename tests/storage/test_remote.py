@@ -35,9 +35,9 @@ PAGE_SIZE = 1024  # small pages: many pages, payloads across page boundaries
 FAST = RemoteOptions(retries=4, backoff=0.001, max_backoff=0.01, timeout=2.0)  # retries without long pauses
 
 
-def remote_cache(**options) -> ProcessCache:
-    """The Loader's memory strategy for a URL: the process cache, reading with FAST's retries and ``options``."""
-    return ProcessCache(remote=dataclasses.replace(FAST, **options))
+def fast(**options) -> RemoteOptions:
+    """FAST's retries with ``options``: what the tests pass as ``remote=``."""
+    return dataclasses.replace(FAST, **options)
 
 
 LOADER_PIPELINES = {"blob": None, "meta": None}
@@ -104,14 +104,14 @@ def test_is_url(path, expected):
 
 def test_reader_over_http_gives_every_sample_of_the_local_file(served, server):
     _, url, path = served
-    with beton.Reader(url, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=FAST) as reader:
         assert reader.remote is not None and reader.num_pages > 100
         assert_same_samples(reader, path)
 
 
 def test_verify_and_cli_accept_urls(served, server, capsys):
     _, url, path = served
-    report = beton.verify(url, remote_options=FAST)
+    report = beton.verify(url, remote=FAST)
     assert (report.num_samples, report.num_pages) == (NUM_SAMPLES, beton.Reader(path).num_pages)
     assert report.bytes_checked == os.path.getsize(path)
     assert cli(["verify", url]) == 0
@@ -125,7 +125,7 @@ def test_verify_and_cli_accept_urls(served, server, capsys):
 def test_loader_over_http_yields_the_local_batches(served, server, order):
     _, url, path = served
     expected = loader_batches(path, epochs=2, order=order, os_cache=False)
-    got = loader_batches(url, epochs=2, order=order, memory=remote_cache())
+    got = loader_batches(url, epochs=2, order=order, remote=fast())
     assert_same_batches(got, expected)
 
 
@@ -134,7 +134,7 @@ def test_loader_over_http_yields_the_local_batches(served, server, order):
 def test_a_loader_over_http_resumes_exactly(served, server, order, midpoint):
     _, url, _ = served
     check_resume(lambda: beton.Loader(url, batch_size=32, num_workers=2, seed=3, order=order,
-                                      pipelines=LOADER_PIPELINES, memory=remote_cache()), midpoint, epochs=2)
+                                      pipelines=LOADER_PIPELINES, remote=fast()), midpoint, epochs=2)
 
 
 def test_a_url_is_read_through_the_process_cache_unless_told_otherwise(served, server):
@@ -153,7 +153,7 @@ def test_pages_are_fetched_ahead_several_at_once(served, server):
     server.latency = 0.05  # each answer takes a while, so requests started together overlap
     server.most_at_once = 0
     options = RemoteOptions(max_in_flight=4, request_bytes=PAGE_SIZE, timeout=5.0)
-    with beton.Reader(url, remote_options=options) as reader:
+    with beton.Reader(url, remote=options) as reader:
         pages = reader.remote.pages
         pages.will_read(np.arange(12))
         for page in range(12):
@@ -166,7 +166,7 @@ def test_the_first_pages_of_a_plan_come_in_small_requests_and_later_ones_in_full
     first page back until several full requests had arrived."""
     _, url, _ = served
     options = dataclasses.replace(FAST, max_in_flight=1, request_bytes=8 * PAGE_SIZE)
-    with beton.Reader(url, remote_options=options) as reader:
+    with beton.Reader(url, remote=options) as reader:
         pages = reader.remote.pages
         requested = []
         fetch = pages.fetcher.fetch
@@ -195,7 +195,7 @@ def test_expected_reads_follows_a_least_recently_used_cache():
 def test_transient_faults_on_pages_are_retried_and_the_data_is_right(served, server, kind):
     _, url, path = served
     options = RemoteOptions(retries=4, backoff=0.001, max_backoff=0.01, timeout=0.5)
-    with beton.Reader(url, remote_options=options) as reader:
+    with beton.Reader(url, remote=options) as reader:
         fetched_before = reader.remote.pages.pages_fetched
         heap = reader.heap_offset
         faults = [Fault(kind, times=2, from_byte=heap, delay=1.5), Fault(kind, times=1, from_byte=heap + 40 * PAGE_SIZE,
@@ -214,7 +214,7 @@ def test_transient_faults_while_opening_are_retried(served, server, kind):
         tables = local.heap_offset + local.heap_size
     fault = Fault(kind, times=1, from_byte=tables)  # the tables, after the heap
     server.faults.append(fault)
-    with beton.Reader(url, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=FAST) as reader:
         assert fault.times == 0
         assert_same_samples(reader, path)
 
@@ -226,14 +226,14 @@ def test_loader_survives_faults_in_the_middle_of_an_epoch(served, server):
         middle = local.heap_offset + local.heap_size // 2
     faults = [Fault(kind, times=1, from_byte=middle) for kind in ("503", "corrupt", "drop", "truncate", "corrupt")]
     server.faults.extend(faults)
-    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache())
+    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, remote=fast())
     assert all(fault.times == 0 for fault in faults)
     assert_same_batches(got, expected)
 
 
 def test_a_server_that_keeps_failing_raises_a_storage_error_naming_url_and_page(served, server):
     _, url, _ = served
-    with beton.Reader(url, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=FAST) as reader:
         page = 7
         server.faults.append(Fault("503", times=1000, from_byte=reader.page_bounds(page)[0]))
         with pytest.raises(StorageError) as caught:
@@ -247,7 +247,7 @@ def test_a_server_that_keeps_failing_raises_a_storage_error_naming_url_and_page(
 
 def test_a_page_that_keeps_arriving_corrupted_is_never_returned(served, server):
     _, url, _ = served
-    with beton.Reader(url, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=FAST) as reader:
         page = 11
         start, _ = reader.page_bounds(page)
         server.faults.append(Fault("corrupt", times=1000, from_byte=start))
@@ -259,8 +259,8 @@ def test_a_page_that_keeps_arriving_corrupted_is_never_returned(served, server):
 
 def test_loader_raises_in_the_training_loop_when_retries_run_out(served, server):
     _, url, _ = served
-    loader = beton.Loader(url, batch_size=32, num_workers=2, pipelines=LOADER_PIPELINES, memory=remote_cache())
-    with beton.Reader(url, remote_options=FAST) as reader:
+    loader = beton.Loader(url, batch_size=32, num_workers=2, pipelines=LOADER_PIPELINES, remote=fast())
+    with beton.Reader(url, remote=FAST) as reader:
         server.faults.append(Fault("503", times=1000, from_byte=reader.page_bounds(reader.num_pages // 2)[0]))
     delivered = 0
     with pytest.raises(StorageError, match="503"):
@@ -273,23 +273,23 @@ def test_loader_raises_in_the_training_loop_when_retries_run_out(served, server)
 def test_missing_remote_file_and_a_server_ignoring_ranges(served, server):
     server_, url, _ = served
     with pytest.raises(FileNotFoundError, match="missing.beton"):
-        beton.Reader(server_.url("missing.beton"), remote_options=FAST)
+        beton.Reader(server_.url("missing.beton"), remote=FAST)
     server.faults.append(Fault("full", times=1))
     with pytest.raises(StorageError, match="does not honour Range"):
-        beton.Reader(url, remote_options=FAST)
+        beton.Reader(url, remote=FAST)
 
 
 def test_a_file_that_is_not_beton_is_refused_like_a_local_one(tmp_path):
     (tmp_path / "text.beton").write_bytes(b"hello, world" * 100)
     with RangeServer(tmp_path) as server, pytest.raises(FormatError, match="not a beton file"):
-        beton.Reader(server.url("text.beton"), remote_options=FAST)
+        beton.Reader(server.url("text.beton"), remote=FAST)
 
 
 def test_a_file_replaced_on_the_server_is_noticed_at_the_next_epoch(tmp_path):
     path = write(str(tmp_path / "data.beton"), MIXED_FIELDS, [mixed_sample(i) for i in range(50)], page_size=1024)
     with RangeServer(tmp_path) as server:
         loader = beton.Loader(server.url("data.beton"), batch_size=10, num_workers=1, pipelines=LOADER_PIPELINES,
-                              memory=remote_cache())
+                              remote=fast())
         assert len(list(loader)) == 5
         write(str(tmp_path / "new.beton"), MIXED_FIELDS, [mixed_sample(i + 1) for i in range(50)], page_size=1024)
         os.replace(tmp_path / "new.beton", path)
@@ -312,7 +312,7 @@ def test_any_faults_within_the_retry_budget_leave_the_data_exact(served, faults)
     server.faults.extend(Fault(kind, 1, from_byte=(heap + heap_size * where // 100) if where <= 100 else 0)
                          for kind, where in faults)
     try:
-        with beton.Reader(url, remote_options=FAST) as reader:
+        with beton.Reader(url, remote=FAST) as reader:
             assert_same_samples(reader, path)
     finally:
         server.faults.clear()
@@ -325,7 +325,7 @@ def test_a_second_epoch_reads_the_disk_cache_and_nothing_from_the_server(served,
     expected = loader_batches(path, epochs=2, order=beton.OrderOption.QUASI_RANDOM, os_cache=False)
     requests = []
     with beton.Loader(url, batch_size=32, num_workers=2, seed=3, pipelines=LOADER_PIPELINES,
-                      order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache(cache_dir=tmp_path)) as loader:
+                      order=beton.OrderOption.QUASI_RANDOM, remote=fast(cache_dir=tmp_path)) as loader:
         got = []
         for _ in range(2):
             before = server.requests
@@ -353,7 +353,7 @@ def test_the_cache_keeps_within_its_limit_and_drops_the_least_recently_used(tmp_
 
 def test_a_damaged_cached_page_is_fetched_again(served, server, tmp_path):
     _, url, path = served
-    with beton.Reader(url, cache_dir=tmp_path, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=fast(cache_dir=tmp_path)) as reader:
         assert_same_samples(reader, path)
         directory = reader.remote.pages.cache.directory
     damaged = os.path.join(directory, "5")
@@ -364,7 +364,7 @@ def test_a_damaged_cached_page_is_fetched_again(served, server, tmp_path):
         file.write(bytes([byte[0] ^ 1]))
     os.truncate(os.path.join(directory, "6"), 10)
     before = server.requests
-    with beton.Reader(url, cache_dir=tmp_path, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=fast(cache_dir=tmp_path)) as reader:
         assert_same_samples(reader, path)
     assert server.requests - before == 2 + 2  # the two damaged pages, plus header and tables
 
@@ -375,9 +375,9 @@ _CACHE_WORKER = textwrap.dedent("""
     import beton
     from beton.storage.remote import RemoteOptions
     url, local_path, cache_dir = sys.argv[1:]
-    options = RemoteOptions(retries=4, backoff=0.001, timeout=5.0)
+    options = RemoteOptions(retries=4, backoff=0.001, timeout=5.0, cache_dir=cache_dir, cache_limit=60_000)
     for _ in range(3):
-        with beton.Reader(url, cache_dir=cache_dir, cache_limit=60_000, remote_options=options) as remote, \\
+        with beton.Reader(url, remote=options) as remote, \\
                 beton.Reader(local_path) as local:
             for i in np.random.default_rng().permutation(len(local)):
                 for x, y in zip(remote[i], local[i]):
@@ -422,12 +422,12 @@ def s3(served):
 
 def test_reader_and_loader_over_s3(s3):
     url, options, path = s3
-    with beton.Reader(url, storage_options=options, remote_options=FAST) as reader:
+    with beton.Reader(url, remote=fast(storage_options=options)) as reader:
         assert ("ETag", reader.remote.identity[1][1]) in reader.remote.identity
         assert_same_samples(reader, path)
-    assert beton.verify(url, storage_options=options).num_samples == NUM_SAMPLES
+    assert beton.verify(url, remote=RemoteOptions(storage_options=options)).num_samples == NUM_SAMPLES
     expected = loader_batches(path, order=beton.OrderOption.QUASI_RANDOM, os_cache=False)
-    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, memory=remote_cache(storage_options=options))
+    got = loader_batches(url, order=beton.OrderOption.QUASI_RANDOM, remote=fast(storage_options=options))
     assert_same_batches(got, expected)
 
 
@@ -443,12 +443,12 @@ def test_s3_credentials_come_from_fsspec_configuration(s3, monkeypatch, capsys):
 def test_a_missing_s3_object(s3):
     _, options, _ = s3
     with pytest.raises(FileNotFoundError):
-        beton.Reader("s3://beton-test/nothing.beton", storage_options=options, remote_options=FAST)
+        beton.Reader("s3://beton-test/nothing.beton", remote=fast(storage_options=options))
 
 
 def test_local_paths_are_unchanged(served):
     _, _, path = served
-    with beton.Reader(path, cache_dir="/nonexistent/never-used") as reader:
+    with beton.Reader(path, remote=RemoteOptions(cache_dir="/nonexistent/never-used")) as reader:
         assert reader.remote is None
     shutil.copy(path, path + ".copy")
     assert beton.verify(path + ".copy").num_samples == NUM_SAMPLES

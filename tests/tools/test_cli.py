@@ -50,6 +50,26 @@ def test_bad_input(tmp_path):
     assert result.returncode == 1 and "not a beton file" in result.stderr
 
 
+def test_every_remote_setting_has_a_flag_on_every_command_that_reads_urls():
+    import dataclasses
+
+    from beton import RemoteOptions
+
+    for command in ("info", "verify", "index", "merge"):
+        result = run(command, "--help")
+        assert result.returncode == 0, result.stderr
+        missing = [field.name for field in dataclasses.fields(RemoteOptions)
+                   if f"--{field.name.replace('_', '-')}" not in result.stdout]
+        assert not missing, (command, missing)
+
+
+def test_remote_flags_that_remote_options_refuses_are_bad_arguments(mixed_file):
+    result = run("verify", mixed_file, "--timeout", "0")  # RemoteOptions: timeout must be positive
+    assert result.returncode == 2 and "timeout must be positive" in result.stderr
+    assert run("verify", mixed_file, "--storage-options", "[1]").returncode == 2  # not a JSON object
+    assert run("verify", mixed_file, "--cache-limit", "1GiB").returncode == 0  # a local file ignores them
+
+
 def make_image_folder(root, classes=("cat", "dog"), per_class=3):
     import cv2
     import simplejpeg

@@ -12,9 +12,9 @@ reads through). See docs/remote.md.
 """
 
 from beton.storage.remote.file import RemoteBytes, RemoteFile
-from beton.storage.remote.options import RemoteOptions, is_url, resolve_remote_options
+from beton.storage.remote.options import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.pages import RemotePages
 from beton.storage.remote.source import RemotePageSource
 
-__all__ = ["RemoteOptions", "is_url", "resolve_remote_options", "RemoteFile", "RemoteBytes", "RemotePages",
+__all__ = ["RemoteOptions", "is_url", "remote_or_default", "RemoteFile", "RemoteBytes", "RemotePages",
            "RemotePageSource"]

@@ -1,4 +1,5 @@
-"""What a user sets for remote files, and how a URL is told from a local path."""
+"""What a user sets for remote files (one :class:`RemoteOptions`, passed as ``remote=`` to everything that can
+open a URL), and how a URL is told from a local path."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RemoteOptions", "is_url", "resolve_remote_options"]
+__all__ = ["RemoteOptions", "is_url", "remote_or_default"]
 
 # "scheme://..." or fsspec's chained "cache::scheme://...". A Windows drive ("C:\\") has no "//" after the colon.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
@@ -22,7 +23,9 @@ def is_url(path: str | os.PathLike[str]) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class RemoteOptions:
-    """How a remote file is read. Local paths ignore all of it.
+    """How a remote file is read: ``Loader``, ``Reader``, ``verify``, ``index``, ``merge``, ``dataset_manifest``,
+    ``read_manifest`` and ``read_head`` take one as ``remote=`` and pass it down unchanged. Local paths ignore it
+    (a dataset may mix local and remote files, and one script may read a local copy or a bucket).
 
     Args:
         storage_options: keyword arguments for the fsspec file system (``fsspec.core.url_to_fs``), e.g.
@@ -65,10 +68,13 @@ class RemoteOptions:
             raise ValueError(f"cache_limit must be a number of bytes >= 0 or None, got {self.cache_limit}")
 
 
-def resolve_remote_options(options: RemoteOptions | None = None, *, storage_options: Mapping[str, Any] | None = None,
-                   cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None) -> RemoteOptions:
-    """``options`` (or the defaults) with the settings given by name in their place (the Reader's and Loader's
-    ``storage_options=``, ``cache_dir=``, ``cache_limit=``)."""
-    given = {name: value for name, value in (("storage_options", storage_options), ("cache_dir", cache_dir),
-                                             ("cache_limit", cache_limit)) if value is not None}
-    return dataclasses.replace(options or RemoteOptions(), **given)
+def remote_or_default(remote: RemoteOptions | None) -> RemoteOptions:
+    """The ``remote=`` an entry point was given, or the defaults for None; anything else is a TypeError naming the
+    one spelling (checked where the argument arrives, so a slip is named even for a local path, which ignores
+    it)."""
+    if remote is None:
+        return RemoteOptions()
+    if not isinstance(remote, RemoteOptions):
+        raise TypeError(f"remote= takes a beton.RemoteOptions (fsspec's settings go in RemoteOptions("
+                        f"storage_options={{...}})), got {type(remote).__name__}")
+    return remote
