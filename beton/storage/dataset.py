@@ -225,7 +225,7 @@ class ShardedPages:
     own page sources (see :class:`~beton.storage.page_source.PageSource` for the contract).
 
     ``check()`` (per batch) checks the shards whose pages were read since the last check, so a batch's pages
-    are always read before a check of their file passes, and one file's batches cost one check as before;
+    are always read before a check of their file passes, and one file's batches cost one check, as for a single Reader;
     ``check_path()`` (per epoch) checks every shard. ``will_read`` works out the epoch's page reads once
     (:func:`~beton.storage.remote.pages.expected_reads`, over the cache's one budget) and tells each remote
     shard its part, in order.

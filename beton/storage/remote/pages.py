@@ -235,7 +235,7 @@ def _run_size(position: int, pages_per_request: int) -> int:
     has arrived. Were the plan's first pages fetched in full-size requests, the consumer would wait for many
     megabytes before its first page; growing requests from single pages let the first pages arrive after a few
     pages' worth of transfer. (Runs form only from pages that enter the read-ahead window together: once the plan
-    is longer than the window, pages join it one by one and go one per request, as before.)"""
+    is longer than the window, pages join it one by one and go one per request.)"""
     return max(1, min(pages_per_request, position // 4))
 
 
