@@ -8,6 +8,21 @@ file first and never flushes, so a full disk (whose every write fails) cannot ke
 
 The temporary file is created with mode 0666 minus the umask, as ``open()`` creates files (``mkstemp`` would
 give 0600 whatever the umask, and the renamed dataset would be unreadable to other users and containers).
+
+What ends a write, and what becomes of the temporary file ``<target>.tmp-<pid>-<random>``:
+
+* an error, Ctrl-C, **SIGTERM** or **SIGHUP** (a closed terminal or SSH session): the write unwinds, the worker
+  processes are stopped and the temporary file removed; a signal is then raised again with its previous (default)
+  handler, so the process ends as the sender asked (:func:`sigterm_cleans_up`);
+* **SIGKILL** (the OOM killer) or a crash: nothing can run in the process. Its worker processes end with it
+  (:mod:`beton.storage.worker_lifetime`); the temporary file stays, and the next write to the same target
+  removes it (:func:`remove_stale_temporaries`).
+
+A stale file is told from a live one by a lock, not by its pid (which a later process may reuse): the writer holds
+an exclusive ``flock`` on its temporary file from creation until the rename, and the kernel drops that lock when
+the last descriptor of the file is closed, that is when the writer and every process it forked have ended. A file
+named like a temporary of the target that can be locked is one whose writer is gone; a concurrent writer's cannot
+be locked and is left alone. Where the file system does not support ``flock``, nothing is removed.
 """
 
 from __future__ import annotations
@@ -15,10 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import json
 import os
+import re
 import secrets
 import signal
+import stat
 import threading
 import zlib
 from collections.abc import Iterator
@@ -34,6 +52,8 @@ from beton.errors import WriterError, locate
 _TABLE_ALIGNMENT = 64
 _WRITE_BUFFER = 1 << 20
 _TEMPORARY_NAME_ATTEMPTS = 100  # as tempfile's: names are random, a clash is a stale file or a concurrent writer
+#: The signals that end a write cleanly while they have their default action (see :func:`sigterm_cleans_up`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class HeapPacker:
@@ -152,6 +172,7 @@ class FileBuilder:
         # The field table's bytes (the writer's, built once; merging copies the shards'), or None: built from spec
         self._field_table = field_table
         self._payload_fields = spec.payload_fields
+        remove_stale_temporaries(spec.path)
         handle, self._temp_path = create_temporary(spec.path)
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
         self._file.write(bytes(fmt.HEAP_OFFSET))  # the header is written last, over these zeros
@@ -232,8 +253,8 @@ class FileBuilder:
         self._file.write(header_bytes(header))
         self._file.flush()
         os.fsync(self._file.fileno())
+        os.replace(self._temp_path, self._spec.path)  # before close, which drops the lock that marks the file live
         self._file.close()
-        os.replace(self._temp_path, self._spec.path)
 
     def abort(self) -> None:
         """Remove the temporary file; never raises for the file's own I/O errors (the error that made the
@@ -271,54 +292,114 @@ def write_error(path: str, error: OSError) -> WriterError:
 
 
 class _Terminated(BaseException):
-    """SIGTERM arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a dataset
-    does not stop it), then the signal is raised again."""
+    """SIGTERM or SIGHUP arrived during a write: unwinds it like KeyboardInterrupt (``except Exception`` in a
+    dataset does not stop it), then the signal is raised again."""
 
 
 @contextlib.contextmanager
 def sigterm_cleans_up() -> Iterator[None]:
-    """While the block runs, SIGTERM unwinds it (running every cleanup: the temporary file is removed) instead of
-    killing the process at once; afterwards the previous handler is back and the signal is raised again, so the
-    process still ends as the sender asked. Only in the main thread, and only while SIGTERM has its default action
-    (a handler of the program's own, or SIG_IGN, is left alone)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """While the block runs, SIGTERM and SIGHUP (:data:`STOP_SIGNALS`) unwind it (running every cleanup: workers
+    are stopped, the temporary file is removed) instead of killing the process at once; afterwards the previous
+    handlers are back and the signal is raised again, so the process still ends as the sender asked. Only in the
+    main thread, and only for a signal that has its default action (a handler of the program's own, or SIG_IGN as
+    under ``nohup``, is left alone)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    handled = [signum for signum in STOP_SIGNALS if signal.getsignal(signum) is signal.SIG_DFL]
     owner = os.getpid()
-    received = []
+    received: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
         if os.getpid() != owner:  # a forked worker before its initializer ran: die as it would have
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
-        elif not received:  # a second SIGTERM must not interrupt the cleanup the first one started
+        elif not received:  # a second signal must not interrupt the cleanup the first one started
             received.append(signum)
             raise _Terminated
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in handled}
     try:
         yield
     except _Terminated:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, action in previous.items():
+            signal.signal(signum, action)
         if received:  # also when the cleanup raised something else: the sender asked for the process to end
-            signal.raise_signal(signal.SIGTERM)  # the default action: the process ends, killed by SIGTERM
+            signal.raise_signal(received[0])  # the default action: the process ends, killed by that signal
 
 
 def create_temporary(path: str) -> tuple[int, str]:
-    """Create a new, empty file next to ``path`` (so the final rename stays on one file system) and open it
-    for writing; return its descriptor and name. Its mode is 0666 minus the umask, as for ``open(path, "w")``.
+    """Create a new, empty file next to ``path`` (so the final rename stays on one file system), open it for
+    writing and lock it (``flock``, held as long as the descriptor is open: see the module docstring); return its
+    descriptor and name. Its mode is 0666 minus the umask, as for ``open(path, "w")``.
     """
     directory, name = os.path.split(os.path.abspath(path))
     for _ in range(_TEMPORARY_NAME_ATTEMPTS):
-        temporary = os.path.join(directory, f"{name}.tmp-{secrets.token_hex(4)}")
+        temporary = os.path.join(directory, f"{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         try:
-            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+        if _lock(handle) is False or not _same_file(handle, temporary):
+            # Between creating and locking, another write's clean-up found it unlocked, locked it (hence False)
+            # and may have removed it: take another name.
+            os.close(handle)
+            continue
+        return handle, temporary
     raise FileExistsError(f"no unused temporary name next to {path} after {_TEMPORARY_NAME_ATTEMPTS} attempts")
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Remove the temporary files of earlier writes to ``path`` whose writers have ended (killed by SIGKILL, a
+    crash, a power cut) and return their names: files named as :func:`create_temporary` names them that nobody
+    holds locked. A concurrent writer's file is locked, and kept. Never raises for a file it cannot open, lock or
+    remove (another user's, say): the write goes on, the file stays."""
+    directory, name = os.path.split(os.path.abspath(path))
+    pattern = re.compile(re.escape(name) + r"\.tmp-[0-9]+-[0-9a-f]{8}")
+    removed = []
+    try:
+        entries = [entry.name for entry in os.scandir(directory) if pattern.fullmatch(entry.name)]
+    except OSError:
+        return removed
+    for entry in entries:
+        temporary = os.path.join(directory, entry)
+        try:  # O_RDWR: flock on NFS is a POSIX lock, which needs a writable descriptor for an exclusive lock
+            handle = os.open(temporary, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(handle).st_mode) and _lock(handle) and _same_file(handle, temporary):
+                os.unlink(temporary)  # with the lock held, so no writer can be starting on this file
+                removed.append(temporary)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+    return removed
+
+
+def _lock(handle: int) -> bool | None:
+    """Take an exclusive flock without waiting: True, False when another descriptor holds one, None when the
+    file system cannot lock (then no write's file is ever taken for stale)."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+def _same_file(handle: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``handle`` (it was not removed or replaced meanwhile)."""
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def header_bytes(header: np.ndarray) -> bytes:

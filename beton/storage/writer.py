@@ -11,11 +11,20 @@ instead of a hang or a bare ``OSError``. In every case the temporary file is del
 left as it was. With ``on_error="skip"`` a sample whose value cannot be read (``DatasetError``) or encoded
 (``EncodeError``) is left out instead, and the :class:`WriteReport` that writing returns lists it with the reason.
 
-SIGTERM (the usual "please stop" of job schedulers) is handled like Ctrl-C while a write runs in the main
-thread: the worker processes are stopped, the temporary file is deleted, and then the signal is raised again
-with its previous handler, so the process still ends as the sender asked. This applies only while SIGTERM
-has its default action (which would kill the process without any of that cleanup); a handler of the
-program's own, or SIG_IGN, is left alone.
+Signals that end the writing process:
+
+* **SIGTERM** (the usual "please stop" of job schedulers) and **SIGHUP** (a closed terminal or SSH session) are
+  handled like Ctrl-C while a write runs in the main thread: the worker processes are stopped, the temporary file
+  is deleted, and then the signal is raised again with its previous handler, so the process still ends as the
+  sender asked. This applies only while the signal has its default action (which would kill the process without
+  any of that cleanup); a handler of the program's own, or SIG_IGN (``nohup``), is left alone.
+* **SIGKILL** (the OOM killer), or a crash, leaves nothing to run in this process. The worker processes end with
+  it anyway, at once (:mod:`beton.storage.worker_lifetime`: a parent-death signal on Linux, and a pipe they
+  watch). The temporary file stays behind; the next write to the same path removes it, and any other whose
+  writer has ended, never the file of a write still running
+  (:func:`~beton.storage.file_builder.remove_stale_temporaries`).
+* A worker process sent SIGTERM, SIGHUP or SIGKILL dies at once; the write then fails with a WriterError as for
+  any dead worker.
 """
 
 from __future__ import annotations
@@ -40,8 +49,9 @@ from beton.storage import format as fmt
 from beton._cores import resolve_workers
 from beton.storage.encode import (ChunkItem, EncodedChunk, EncodeSpec, SampleProblem, SampleWarning, dataset_error,
                                   encode_chunk, sample_problem, warn_sample)
-from beton.storage.file_builder import FileBuilder, field_table_bytes, sigterm_cleans_up, write_error
+from beton.storage.file_builder import STOP_SIGNALS, FileBuilder, field_table_bytes, sigterm_cleans_up, write_error
 from beton.storage.metadata import encode_metadata
+from beton.storage.worker_lifetime import ParentLink, die_with_parent, parent_link
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
 from beton.fields.ffcv_contract import FFCVField, as_beton_field, move_pointers
@@ -237,19 +247,20 @@ class DatasetWriter:
     def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any,
                            spec: EncodeSpec) -> Iterator[EncodedChunk]:
         context = multiprocessing.get_context(self.start_method)
-        pool = ProcessPoolExecutor(
-            self.num_workers, mp_context=context, initializer=_init_worker, initargs=(spec, dataset)
-        )
-        pending: collections.deque[tuple[Future, list[ChunkItem]]] = collections.deque()
-        try:
-            for chunk in chunks:
-                pending.append((pool.submit(_encode_in_worker, chunk), chunk))
-                if len(pending) >= 2 * self.num_workers:  # bound memory: only a few chunks in flight
+        with parent_link(context) as link:  # workers end with this process, even one killed by SIGKILL
+            pool = ProcessPoolExecutor(
+                self.num_workers, mp_context=context, initializer=_init_worker, initargs=(spec, dataset, link)
+            )
+            pending: collections.deque[tuple[Future, list[ChunkItem]]] = collections.deque()
+            try:
+                for chunk in chunks:
+                    pending.append((pool.submit(_encode_in_worker, chunk), chunk))
+                    if len(pending) >= 2 * self.num_workers:  # bound memory: only a few chunks in flight
+                        yield _result(*pending.popleft(), self.path)
+                while pending:
                     yield _result(*pending.popleft(), self.path)
-            while pending:
-                yield _result(*pending.popleft(), self.path)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _renumber_pointers(chunk: EncodedChunk, written: int, names: Sequence[str]) -> None:
@@ -292,10 +303,14 @@ def _result(future: Future, chunk: list[ChunkItem], path: str) -> EncodedChunk:
 _worker_inputs: dict[str, Any] = {}
 
 
-def _init_worker(spec: EncodeSpec, dataset: Any) -> None:
-    # A forked worker inherits the parent's SIGTERM handler, which belongs to the parent's write: a worker sent
-    # SIGTERM dies at once, as it did before (the parent then reports a dead worker).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _init_worker(spec: EncodeSpec, dataset: Any, link: ParentLink) -> None:
+    # A forked worker inherits the parent's SIGTERM and SIGHUP handlers, which belong to the parent's write: a
+    # worker sent either dies at once (the parent then reports a dead worker). One the program ignores (SIGHUP
+    # under nohup) stays ignored, as it does in the parent.
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+    die_with_parent(link)
     _worker_inputs["spec"] = spec
     _worker_inputs["dataset"] = dataset
 

@@ -3,6 +3,7 @@ permissions of written files."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -175,11 +177,13 @@ class SlowDataset:
         return (index,)
 
 
-def write_slowly(directory: str, num_workers: str) -> None:
-    """Subprocess side of the SIGTERM tests: a long write with ``num_workers`` encoding processes."""
+def write_slowly(directory: str, num_workers: str, start_method: str = "fork", target: str = "") -> None:
+    """Subprocess side of the signal tests: a long write with ``num_workers`` encoding processes, to ``target``
+    (default: data.beton in ``directory``, where the dataset leaves its marks)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal, also if the tests run under nohup
     Path(directory, "pids").mkdir()
-    writer = beton.DatasetWriter(Path(directory, "data.beton"), {"i": IntField()}, num_workers=int(num_workers),
-                                 progress=False)
+    writer = beton.DatasetWriter(target or Path(directory, "data.beton"), {"i": IntField()},
+                                 num_workers=int(num_workers), progress=False, start_method=start_method)
     writer.from_indexed_dataset(SlowDataset(directory), chunksize=10)
 
 
@@ -206,7 +210,9 @@ def worker_pids(directory: Path, parent: int) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="checks processes through /proc")
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_sigterm_during_a_write_cleans_up_then_ends_the_process_by_sigterm(tmp_path, num_workers):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_during_a_write_cleans_up_then_ends_the_process_by_that_signal(tmp_path, num_workers,
+                                                                                          signum):
     directory = tmp_path / "out"
     directory.mkdir()
     path, before = _old_target(directory)
@@ -217,10 +223,10 @@ def test_sigterm_during_a_write_cleans_up_then_ends_the_process_by_sigterm(tmp_p
             started = wait_for(lambda: (directory / "started").exists() or process.poll() is not None, 120)
             assert started and process.poll() is None, (stderr.seek(0), stderr.read())
             assert any(name.startswith("data.beton.tmp-") for name in files_in(directory))  # mid-write
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signum)
             process.wait(timeout=60)
             stderr.seek(0)
-            assert process.returncode == -signal.SIGTERM, stderr.read()
+            assert process.returncode == -signum, stderr.read()
             assert files_in(directory) == ["data.beton", "pids", "started"]
             assert path.read_bytes() == before
             workers = worker_pids(directory, process.pid)
@@ -232,6 +238,100 @@ def test_sigterm_during_a_write_cleans_up_then_ends_the_process_by_sigterm(tmp_p
             for pid in worker_pids(directory, process.pid):  # this test's own processes, if a check failed
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def start_slow_write(tmp_path: Path, marks: str, num_workers: int, start_method: str = "fork",
+                     target: str = "") -> tuple[subprocess.Popen, list[int]]:
+    """A subprocess running ``write_slowly``, once the write is under way in all of its workers; and their pids."""
+    directory = tmp_path / marks
+    directory.mkdir()
+    command, environment = python_calling("write_slowly", str(directory), str(num_workers), start_method, target)
+    with open(tmp_path / f"{marks}.stderr", "w+") as stderr:  # a file, not a pipe: orphans would hold a pipe open
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=environment)
+        under_way = wait_for(lambda: process.poll() is not None or (directory / "started").exists()
+                             and len(worker_pids(directory, process.pid)) == num_workers, 60)
+        if not under_way or process.poll() is not None:
+            process.kill()
+            stderr.seek(0)
+            pytest.fail(f"the write did not get under way: {stderr.read()}")
+    return process, worker_pids(directory, process.pid)
+
+
+@contextlib.contextmanager
+def reaped(processes: list[subprocess.Popen], directories: list[Path]) -> Iterator[None]:
+    """Whatever a check says, end the processes a test started: the writers, then their workers (their pids)."""
+    try:
+        yield
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        writers = {process.pid for process in processes}
+        for directory in directories:
+            for pid in set(worker_pids(directory, -1)) - writers if (directory / "pids").exists() else []:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="checks processes through /proc")
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_workers_end_when_the_writing_process_is_killed(tmp_path, start_method):
+    writer, workers = start_slow_write(tmp_path, "marks", 2, start_method)
+    with reaped([writer], [tmp_path / "marks"]):
+        assert len(workers) == 2 and all(alive(pid) for pid in workers)
+        writer.kill()  # SIGKILL, as the OOM killer sends: nothing runs in the writer any more
+        writer.wait()
+        started = time.monotonic()
+        assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), "orphaned worker processes"
+        print(f"{start_method}: both workers gone {time.monotonic() - started:.2f} s after the SIGKILL")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="checks processes through /proc")
+def test_a_later_write_removes_a_killed_writers_temporary_file_and_keeps_a_running_writers(tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    target = output / "data.beton"
+    killed, killed_workers = start_slow_write(tmp_path, "killed", 2, target=str(target))
+    with reaped([killed], [tmp_path / "killed"]):
+        killed.kill()
+        killed.wait()
+        assert wait_for(lambda: not any(alive(pid) for pid in killed_workers), 10), "orphaned worker processes"
+    [stale] = files_in(output)
+    assert stale.startswith(f"data.beton.tmp-{killed.pid}-")  # SIGKILL: nothing could remove it
+    running, _ = start_slow_write(tmp_path, "running", 0, target=str(target))
+    with reaped([running], [tmp_path / "running"]):
+        [live] = set(files_in(output)) - {stale}
+        assert live.startswith(f"data.beton.tmp-{running.pid}-")
+        write(target, {"i": IntField()}, [(7,), (8,)])  # a third write to the same target, while one runs
+        assert files_in(output) == sorted(["data.beton", live])  # the dead writer's file removed, the live one's not
+        with beton.Reader(target) as reader:
+            assert len(reader) == 2
+        assert running.poll() is None
+        running.send_signal(signal.SIGTERM)  # the running write still owns its file: its clean-up removes it
+        assert running.wait(timeout=60) == -signal.SIGTERM
+        assert files_in(output) == ["data.beton"]
+
+
+def test_temporary_files_are_left_alone_unless_their_name_is_ours_and_nobody_locks_them(tmp_path):
+    from beton.storage.file_builder import create_temporary, remove_stale_temporaries
+
+    target = str(tmp_path / "data.beton")
+    handle, live = create_temporary(target)  # locked while open
+    try:
+        dead = f"{target}.tmp-1-0123abcd"
+        Path(dead).write_bytes(b"left by a killed writer")
+        # an older beton's name (it took no lock), a longer name, another target's file
+        others = [f"{target}.tmp-0123abcd", f"{target}.tmp-1-0123abcd.x", str(tmp_path / "other.beton.tmp-1-00")]
+        for name in others:
+            Path(name).write_bytes(b"")
+        os.mkfifo(f"{target}.tmp-2-0123abcd")  # not a regular file: not opened for long, not removed
+        assert remove_stale_temporaries(target) == [dead]
+        assert sorted(files_in(tmp_path)) == sorted(os.path.basename(name) for name in
+                                                    [live, *others, f"{target}.tmp-2-0123abcd"])
+    finally:
+        os.close(handle)
+    assert remove_stale_temporaries(target) == [live]  # its descriptor closed: now it is a dead writer's
 
 
 def test_the_sigterm_handler_exists_only_during_a_write_and_only_when_sigterm_would_kill(tmp_path):

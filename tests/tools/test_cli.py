@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 
 from conftest import mixed_sample
 
@@ -238,3 +242,65 @@ def test_info_escapes_control_characters_from_the_file(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\u202e" not in result.stdout
     assert "evil.\\x1b]0;pwned\\x07\\x1b[2J\\u202ename" in result.stdout
+
+
+# The `beton convert` process of the next test, with encoding slowed down in its workers (each records its pid), so
+# that the kill lands mid-write. Everything else is the command as users run it.
+SLOW_CONVERT = """
+import os, pathlib, sys, time
+import beton.storage.writer as writer
+from beton.tools.cli import main
+
+marks, encode = pathlib.Path(sys.argv[1]), writer.encode_chunk
+
+def slow_encode(spec, dataset, chunk):
+    (marks / str(os.getpid())).touch()
+    time.sleep(0.01 * len(chunk))
+    return encode(spec, dataset, chunk)
+
+writer.encode_chunk = slow_encode
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def alive(pid):
+    """Whether the process exists and is not a zombie (an orphan that init has not reaped yet is one)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_for(condition, timeout):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="checks processes through /proc")
+def test_convert_killed_by_sigkill_leaves_no_worker_processes(tmp_path):
+    np.savez(tmp_path / "data.npz", y=np.arange(2000))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    command = [sys.executable, "-c", SLOW_CONVERT, marks, "convert", "numpy", tmp_path / "data.npz",
+               tmp_path / "data.beton", "--num-workers", "2", "--no-progress"]
+    with open(tmp_path / "stderr", "w+") as stderr:  # a file, not a pipe: orphans would hold a pipe open
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        workers = []
+        try:
+            assert wait_for(lambda: len(os.listdir(marks)) == 2 or process.poll() is not None, 60)
+            assert process.poll() is None, (stderr.seek(0), stderr.read())
+            workers = [int(name) for name in os.listdir(marks)]
+            process.kill()  # SIGKILL, as the OOM killer sends
+            process.wait()
+            assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), "orphaned worker processes"
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            for pid in workers:  # this test's own processes, if a check failed
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
