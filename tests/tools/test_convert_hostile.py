@@ -19,7 +19,7 @@ from PIL import Image
 import beton
 import beton.convert
 from beton.errors import BetonError, EncodeError
-from beton.tools.convert import ConversionError, ImageFileField
+from beton.tools.convert import ConversionError, ImageFileField, ImageFolder
 from beton.tools.convert.image_headers import image_size
 from beton.tools.sample_photos import photo_crop
 
@@ -221,7 +221,7 @@ def test_a_fifo_is_refused_unopened_and_cannot_hang_the_conversion(tmp_path):
 
 def test_a_fifo_swapped_in_after_listing_is_not_waited_on(tmp_path):
     root = folder_with(tmp_path, lambda root: None)
-    folder = beton.convert.ImageFolder(root)
+    folder = ImageFolder(root)
     os.remove(folder.samples[0][0])
     os.mkfifo(folder.samples[0][0])
     with pytest.raises(OSError, match="is a named pipe"):
