@@ -283,10 +283,10 @@ def test_a_file_larger_than_max_file_bytes_is_not_read(tmp_path):
     root = folder_with(tmp_path, make)
     with pytest.raises(ConversionError, match=r"sparse.png: is 3221225472 bytes, more than max_file_bytes=268435456"):
         beton.convert.imagefolder(root, tmp_path / "o.beton", num_workers=0, progress=False)
-    folder = beton.convert.ImageFolder(root, max_file_bytes=100)  # a file that grew past the cap after listing
+    folder = ImageFolder(root, max_file_bytes=100)  # a file that grew past the cap after listing
     assert folder.unreadable and all("max_file_bytes=100" in reason for _, reason in folder.unreadable)
-    folder = beton.convert.ImageFolder(root, max_file_bytes=None)
-    small = beton.convert.ImageFolder(root, max_file_bytes=1000)
+    folder = ImageFolder(root, max_file_bytes=None)
+    small = ImageFolder(root, max_file_bytes=1000)
     small.samples = folder.samples[:1]
     with open(small.samples[0][0], "ab") as file:
         file.write(bytes(1000))
