@@ -78,7 +78,9 @@ HAND_OFFS = (
 #: (class, attribute): the conditions replaced by shaken ones, as each object is built
 CONDITIONS = ((_EpochState, "condition"), (SlotGate, "_condition"), (PageSchedule, "_condition"))
 
-ACTIONS = ("full", "break", "raise", "supersede", "close", "del")
+ACTIONS = ("full", "break", "raise", "supersede", "close", "del", "cycle")
+CYCLE_WAIT = 0.05  # seconds an abandoned cycle is left to the collector's own runs, in any thread
+GC_THRESHOLD = 50  # allocations between collections during a run: finalisers then run in any thread, often
 
 
 class Jitter:
@@ -162,6 +164,10 @@ class _ShakenCondition:
         woken = self._condition.wait(timeout)
         self._jitter.pause()
         return woken
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        self._jitter.pause()
+        return self._condition.wait_for(predicate, timeout)
 
     def notify(self, n: int = 1) -> None:
         self._condition.notify(n)
@@ -269,6 +275,7 @@ class Summary:
     failures: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     actions: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    slowest: tuple[float, str] = (0.0, "")  # the longest epoch: seconds, and what it ran
 
     @property
     def failed(self) -> int:
@@ -285,6 +292,7 @@ class Summary:
         lines = [f"{self.epochs} epochs in {self.seconds:.1f} s ({rate:.1f} epochs/s), seed {self.seed}, "
                  f"{self.failed} failures"]
         lines += [f"  {kind}: {count}" for kind, count in self.failures.most_common()]
+        lines.append(f"slowest epoch: {self.slowest[0]:.2f} s, {self.slowest[1]}")
         for kind, texts in self.examples.items():
             lines += [f"--- {kind}"] + texts
         return "\n".join(lines)
@@ -386,6 +394,24 @@ def run_epoch(run: _Run, plan: EpochPlan) -> None:
                 raise Failure("closed loader went on", f"after {position} of {len(expected)} batches")
         if _alive("beton-page-reader"):
             raise Failure("page reader alive after close", f"{_alive('beton-page-reader')}")
+    elif plan.action == "cycle":
+        # abandoned inside a reference cycle (an exception kept with its traceback does this): the iterator's
+        # finaliser runs when the collector next runs, in whichever thread allocates then, a worker's included
+        cycle: list = [iterator]
+        cycle.append(cycle)
+        collected = weakref.ref(iterator)
+        del cycle
+        iterator = None
+        deadline = time.monotonic() + CYCLE_WAIT
+        while collected() is not None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if collected() is not None:
+            gc.collect()  # the cycle reached an older generation: collect it as a full collection would
+        # A finaliser cannot always join (it may run in a worker, or while its thread holds the lock threads
+        # take as they exit): the workers, told to stop, end by themselves.
+        deadline = time.monotonic() + READER_GRACE
+        while _alive("beton-worker") and time.monotonic() < deadline:
+            time.sleep(0.001)
     elif plan.action == "del":
         gone = weakref.ref(loader)
         run.loader = None
@@ -419,6 +445,10 @@ def run(path: str, epochs: int, seed: int, *, max_delay: float = 0.02, probabili
     summary = Summary(seed)
     state = _Run(path, rng, seed, slow_step)
     start = time.perf_counter()
+    thresholds = gc.get_threshold()
+    # collections of the youngest objects often (so finalisers run in any thread), the older as often as usual
+    gc.set_threshold(GC_THRESHOLD, thresholds[1] * thresholds[0] // GC_THRESHOLD, thresholds[2])
+    gc.freeze()  # what is alive now (torch, numba, ...) stays out of every collection: full ones cost little
     with Jitter(seed, max_delay, probability, yields).installed():
         try:
             for _ in range(epochs):
@@ -427,6 +457,7 @@ def run(path: str, epochs: int, seed: int, *, max_delay: float = 0.02, probabili
                 plan = EpochPlan.draw(rng, slow_step)
                 summary.actions[plan.action] += 1
                 faulthandler.dump_traceback_later(HANG_SECONDS, exit=True, file=sys.stderr)
+                began = time.perf_counter()
                 try:
                     run_epoch(state, plan)
                 except Failure as failure:
@@ -436,6 +467,9 @@ def run(path: str, epochs: int, seed: int, *, max_delay: float = 0.02, probabili
                                 + "".join(traceback.format_exception(error)))
                 finally:
                     faulthandler.cancel_dump_traceback_later()
+                    took = time.perf_counter() - began
+                    if took > summary.slowest[0]:
+                        summary.slowest = (took, f"epoch {state.epoch}, {state.config}, {plan}")
                 summary.epochs += 1
                 if progress is not None and summary.epochs % 500 == 0:
                     summary.seconds = time.perf_counter() - start
@@ -443,5 +477,7 @@ def run(path: str, epochs: int, seed: int, *, max_delay: float = 0.02, probabili
         finally:
             if state.loader is not None:
                 state.loader.close()
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
     summary.seconds = time.perf_counter() - start
     return summary
