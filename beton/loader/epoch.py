@@ -26,8 +26,10 @@ Concurrency model
   Loader starting another epoch, by ``Loader.close()`` and by garbage collection - sets the stop flag, closes
   the gate (which ends the page reader's walk too), wakes every thread and joins the workers. An unfinished
   iterator the Loader ended (another epoch, ``load_state_dict``, ``close()``) raises
-  :class:`~beton.errors.LoaderError` when asked for more, instead of ending as if its epoch were over. Worker threads reference only the shared ``_EpochState``
-  and the engine, never the iterator, so dropping the iterator is enough to collect it. The iterator holds its
+  :class:`~beton.errors.LoaderError` when asked for more, instead of ending as if its epoch were over. Worker
+  threads reference only the shared ``_EpochState`` and the engine, never the iterator, so dropping the
+  iterator is enough to collect it. Its finaliser, which may run in any thread at any allocation, ends the
+  epoch but joins only briefly (see ``__del__``). The iterator holds its
   Loader (which holds it only weakly): a Loader referenced by nothing but its iterator (``for x in
   Loader(...)``) lives until the iterator is dropped.
 """
@@ -56,6 +58,8 @@ from beton.random import operation_key
 __all__ = ["EpochEngine", "EpochIterator", "Delivery", "Progress"]
 
 _WAIT_SECONDS = 0.1  # how often a waiting consumer checks that the workers are still alive
+_FINALISER_WAIT_SECONDS = 10.0  # the most a finaliser waits for the workers to leave their loop
+_FINALISER_JOIN_SECONDS = 0.1  # then for them to exit (which needs a lock its thread may hold: see __del__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +222,20 @@ class _EpochState:
         self.results: dict[int, tuple[bool, Any]] = {}  # batch -> (ok, outputs or exception)
         self.stop = False
         self.ended_by: str | None = None  # why the Loader ended the epoch early (another epoch, close())
+        self.working = 0  # workers inside their loop (_work): a finaliser waits for none, not for the threads
+
+    def close(self) -> None:
+        """Stop the epoch: no batch starts from now on and no result is kept; the gate closes."""
+        with self.condition:
+            self.stop = True
+            self.results.clear()
+            self.condition.notify_all()
+        self.gate.close()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every worker has left its loop (True), or ``timeout`` seconds (False)."""
+        with self.condition:
+            return self.condition.wait_for(lambda: self.working == 0, timeout)
 
     def take_batch(self) -> int | None:
         """Next batch number for a worker, once its slot is free; None when there is nothing left."""
@@ -237,8 +255,13 @@ class _EpochState:
 
 
 def _work(state: _EpochState, compute: Callable[[int], tuple]) -> None:
-    while (batch := state.take_batch()) is not None:
-        _compute_and_publish(state, batch, compute)
+    try:
+        while (batch := state.take_batch()) is not None:
+            _compute_and_publish(state, batch, compute)
+    finally:
+        with state.condition:
+            state.working -= 1
+            state.condition.notify_all()
 
 
 def _compute_and_publish(state: _EpochState, batch: int, compute: Callable[[int], tuple]) -> None:
@@ -273,6 +296,7 @@ class EpochIterator:
             threading.Thread(target=_work, args=(self._state, compute), name=f"beton-worker-{i}", daemon=True)
             for i in range(min(engine.num_workers, max(1, len(epoch.batches) - first)))
         ]  # none for num_workers=0: __next__ computes each batch in the calling thread
+        self._state.working = len(self._threads)
         for thread in self._threads:
             thread.start()
 
@@ -318,20 +342,31 @@ class EpochIterator:
         self.close()
 
     def close(self) -> None:
-        state = self._state
-        with state.condition:
-            state.stop = True
-            state.results.clear()
-            state.condition.notify_all()
-        state.gate.close()
+        """End the epoch and join its workers."""
+        self._state.close()
         current = threading.current_thread()
         for thread in self._threads:
             if thread is not current:
                 thread.join()
 
     def __del__(self) -> None:
+        """End the epoch; wait for the workers only where that cannot deadlock.
+
+        A finaliser runs wherever the reference count drops or the garbage collector runs (an iterator in a
+        reference cycle): in any thread, at any allocation, whatever locks that thread holds. Joining there
+        can deadlock: a collection inside ``threading.enumerate()`` or ``Thread.start()`` holds the lock every
+        thread takes as it exits, and one in a worker of this epoch may hold a lock the others need. So the
+        finaliser ends the epoch, returns at once in one of its workers, else waits for the workers to leave
+        their loop (which needs only the epoch's own lock) and gives each a short join, after which a thread
+        whose exit is blocked ends by itself once the lock is released.
+        """
         try:
-            self.close()
+            self._state.close()
+            if threading.current_thread() in self._threads:
+                return
+            self._state.wait_idle(_FINALISER_WAIT_SECONDS)
+            for thread in self._threads:
+                thread.join(_FINALISER_JOIN_SECONDS)
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
 

@@ -33,6 +33,8 @@ __all__ = ["PageReader", "READ_LEAD", "pinned_batches"]
 
 #: batches the page reader may run ahead of the workers on the slot gate
 READ_LEAD = 2
+_STOP_WAIT_SECONDS = 10.0  # the most stop() waits for the walk to end (a page read in flight finishes first)
+_STOP_JOIN_SECONDS = 0.1  # then for the thread to exit (which needs a lock the stopping thread may hold)
 
 
 def pinned_batches(num_slots: int) -> int:
@@ -54,11 +56,25 @@ class PageReader:
         self._file, self._heap, self._schedule, self._gate = file, heap, schedule, gate
         self._first, self._counters, self._page_need = first, counters, page_need
         self._stopping = threading.Event()  # wakes a paced sleep early
+        self._walked = threading.Event()  # the walk is over: what stop() waits for, rather than the thread's exit
         self._pace = _Pace(rate, self._stopping)
+        # The gate closing (the epoch ended) ends every wait of the walk: a paced sleep, a page budget held by
+        # batches no worker will finish, and the workers waiting for pages that will not be read.
+        gate.on_close(self._halt)
         self._thread = threading.Thread(target=self._run, name="beton-page-reader", daemon=True)
         self._thread.start()
 
+    def _halt(self) -> None:
+        self._stopping.set()
+        self._schedule.stop()
+
     def _run(self) -> None:
+        try:
+            self._walk()
+        finally:
+            self._walked.set()
+
+    def _walk(self) -> None:
         schedule = self._schedule
         try:
             for batch in range(self._first, len(schedule.batch_pages)):
@@ -84,12 +100,19 @@ class PageReader:
         return buffer
 
     def stop(self) -> None:
-        """End the walk (the epoch cannot go on without it: its gate closes too) and join the thread."""
-        self._stopping.set()
-        self._schedule.stop()
-        self._gate.close()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        """End the walk (the epoch cannot go on without it: its gate closes too) and wait for it to end.
+
+        It waits for the walk, then only briefly for the thread's exit: ``stop`` also runs in finalisers (the
+        Loader's), hence wherever the garbage collector runs, possibly holding the lock a thread takes as it
+        exits (a collection inside ``threading.enumerate()``); a thread whose exit is blocked there ends by
+        itself once the lock is released.
+        """
+        self._gate.close()  # and _halt, through on_close
+        self._halt()  # done already, unless another thread closed the gate and runs its callbacks now
+        if self._thread is threading.current_thread():
+            return
+        self._walked.wait(_STOP_WAIT_SECONDS)
+        self._thread.join(_STOP_JOIN_SECONDS)
 
 
 class _Pace:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -91,6 +91,7 @@ class SlotGate:
         self._limit = first + self._ahead  # batches below this may take their slot
         self._closed = False
         self._waiting = 0  # producers blocked in wait(): asked_for wakes them, and spares the call when none is
+        self._on_close: list[Callable[[], None]] = []
 
     def wait(self, batch: int, lead: int = 0) -> bool:
         """Wait until ``batch`` may take its slot (or, with ``lead``, until batch ``batch - lead`` may): True, or
@@ -116,10 +117,24 @@ class SlotGate:
                     self._condition.notify_all()
 
     def close(self) -> None:
-        """End the epoch for every producer: waits return False from now on."""
+        """End the epoch for every producer: waits return False from now on, and the callbacks given to
+        :meth:`on_close` run (once, in this thread)."""
         with self._condition:
             self._closed = True
+            callbacks, self._on_close = self._on_close, []
             self._condition.notify_all()
+        for callback in callbacks:  # outside the lock: a callback takes its producer's own locks
+            callback()
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the gate closes (at once if it is closed): for a producer that also waits on
+        something other than the gate (the page reader's page budget, and workers waiting for its pages), so
+        that closing the gate ends every wait of the epoch."""
+        with self._condition:
+            if not self._closed:
+                self._on_close.append(callback)
+                return
+        callback()
 
     @property
     def closed(self) -> bool:
