@@ -367,14 +367,14 @@ def _import_stage_module(source: str, steps: Sequence[Step], cache_dir: str) -> 
         # numba's cache does not notice when an imported kernel's module changes: put its text in the name.
         digest.update(_module_text(module))
     module_name = _STAGE_MODULE_PREFIX + digest.hexdigest()[:24]
-    if module_name in sys.modules:
-        return sys.modules[module_name]
     path = os.path.join(cache_dir, module_name + ".py")
-    directory = open_kernel_cache(cache_dir)
+    directory = open_kernel_cache(cache_dir)  # checked even when this process has the module: the same answer
     try:
         _store_module(directory, module_name + ".py", source.encode("utf-8"), path)
     finally:
         os.close(directory)
+    if module_name in sys.modules:
+        return sys.modules[module_name]
     module = types.ModuleType(module_name)
     module.__file__ = path
     exec(compile(source, path, "exec"), module.__dict__)
