@@ -210,6 +210,8 @@ def _others_file(path, planted: str) -> None:
 @pytest.mark.parametrize("plant", [_other_content, _link_to_other_content, pytest.param(_others_file, marks=as_root)],
                          ids=["other content", "a link to other content", "another user's file"])
 def test_a_module_planted_under_a_stages_name_never_runs(image_file, tmp_path, plant):
+    for name in [name for name in sys.modules if name.startswith("beton_stage_")]:
+        del sys.modules[name]  # as in a fresh process: earlier tests compiled this stage
     cache = tmp_path / "kernels"
     with flip_loader(image_file, cache) as loader:
         source = loader.plan.stages[0].source
