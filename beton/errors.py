@@ -15,7 +15,8 @@
     ├── LoaderError (RuntimeError)              a loader is used in a way it cannot serve (a superseded iterator)
     ├── ResumeError (ValueError)                a state_dict that is not this loader's (another file, order, seed)
     ├── StorageError (OSError)                  remote storage kept failing to deliver a file's bytes
-    └── ShardNotFoundError (FileNotFoundError)  a dataset names a file that is not there (a shard, a glob)
+    ├── ShardNotFoundError (FileNotFoundError)  a dataset names a file that is not there (a shard, a glob)
+    └── CacheDirError (PermissionError)         a cache directory others could write to (or not a directory)
 
 Each subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working for code that
 does not know beton. Messages name the file, then the table, field, sample or page, then "expected X, got Y".
@@ -50,6 +51,7 @@ __all__ = [
     "ResumeError",
     "StorageError",
     "ShardNotFoundError",
+    "CacheDirError",
 ]
 
 _LOCATION = ("path", "field", "sample", "page")
@@ -141,6 +143,13 @@ class ShardNotFoundError(BetonError, FileNotFoundError):
     """A dataset of several files names one that is not there: a glob that matches nothing (or a glob over HTTP,
     which cannot list files), or a shard (listed in a manifest or named in a list) that is missing. ``path`` is the
     shard's path or URL (or the glob)."""
+
+
+class CacheDirError(BetonError, PermissionError):
+    """A cache directory (the remote page cache's, the kernel cache's) is not one that only this user can write:
+    it belongs to another user, is writable by group or others, is a symbolic link where beton does not follow
+    one, or cannot be created. Whoever else could write there could make this process overwrite files elsewhere
+    or, for the kernel cache, run their code. The message names the directory and the fix."""
 
 
 def locate(error: _Error, *, note: str | None = None, **where: object) -> _Error:

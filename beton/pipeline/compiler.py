@@ -5,9 +5,11 @@
 2. :func:`group_stages` - cut each output's steps into runs of one kind (jit / sample / batch); run the
    non-jit runs until every output waits at a jit run, then fuse all those jit runs into one stage; repeat.
 3. :func:`make_stage_source` + :func:`compile_stage` - generate the fused stage's Python source, write it to a
-   module file in the kernel cache named by its hash, import it and let numba compile it with
+   module file in the kernel cache named by its hash, run it as that module and let numba compile it with
    ``nogil=True, cache=True``: a later process finds the compiled code on disk (numba cannot cache functions
-   made by ``exec``, which have no file). A kernel that cannot be imported by name (defined in ``__main__`` or
+   made by ``exec`` without a file). The kernel cache must be a directory only this user can write, and the
+   module's code is compiled from the generated source itself, never read back from the file
+   (:func:`_import_stage_module`). A kernel that cannot be imported by name (defined in ``__main__`` or
    inside a function) still works, through ``exec``, without the disk cache; ``explain()`` says so. Per-sample
    kernels share loops over the batch; a kernel that takes rows (``JitOperation.kernel_takes_rows``: operations
    written to FFCV's contract) is called once between two loops, so it fuses too.
@@ -18,18 +20,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import importlib.util
 import inspect
 import os
 import sys
-import tempfile
+import types
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import numba
 import numpy as np
 
-from beton.errors import PipelineError
+from beton.errors import CacheDirError, PipelineError
 from beton.pipeline.operation import (
     BatchOperation,
     JitOperation,
@@ -38,9 +39,10 @@ from beton.pipeline.operation import (
     SourceState,
     State,
 )
+from beton.private_dirs import open_private_directory, read_regular_file, replace_with, write_new_file
 
 __all__ = ["Step", "Stage", "Plan", "build_plan", "resolve_follows", "default_cache_dir", "make_stage_source",
-           "Compiler"]
+           "open_kernel_cache", "Compiler"]
 
 StageKind = Literal["jit", "sample", "batch"]
 _STAGE_MODULE_PREFIX = "beton_stage_"
@@ -352,25 +354,68 @@ def compile_stage(steps: Sequence[Step], cache_dir: str) -> Stage:
 
 
 def _import_stage_module(source: str, steps: Sequence[Step], cache_dir: str) -> Any:
+    """The stage's module, run from ``source`` itself and backed by a file of that text in the kernel cache.
+
+    The module's code is compiled from the source generated here, never read back from disk, so a file planted
+    under the stage's name runs nothing; the file exists for numba's disk cache (``__pycache__`` beside it), and
+    is made to hold exactly ``source`` first (a different file, link or other user's entry is replaced without
+    being followed), so that numba's cached code always belongs to this source. The directory must be this
+    user's alone (:func:`open_kernel_cache`)."""
     digest = hashlib.sha256(source.encode())
     digest.update(numba.__version__.encode())
     for module in sorted({step.operation.kernel().py_func.__module__ for step in steps}):
         # numba's cache does not notice when an imported kernel's module changes: put its text in the name.
         digest.update(_module_text(module))
     module_name = _STAGE_MODULE_PREFIX + digest.hexdigest()[:24]
+    path = os.path.join(cache_dir, module_name + ".py")
+    directory = open_kernel_cache(cache_dir)  # checked even when this process has the module: the same answer
+    try:
+        _store_module(directory, module_name + ".py", source.encode("utf-8"), path)
+    finally:
+        os.close(directory)
     if module_name in sys.modules:
         return sys.modules[module_name]
-    path = os.path.join(cache_dir, module_name + ".py")
-    if not os.path.exists(path):
-        os.makedirs(cache_dir, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(source)
-        os.replace(temporary, path)  # atomic: concurrent processes never see half a file
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = types.ModuleType(module_name)
+    module.__file__ = path
+    exec(compile(source, path, "exec"), module.__dict__)
     return sys.modules.setdefault(module_name, module)
+
+
+def open_kernel_cache(cache_dir: str) -> int:
+    """A descriptor of the kernel cache directory, created (mode 0700) if missing, and numba's ``__pycache__`` in
+    it: both must be directories of this user's that group and others cannot write (the directory named may be
+    a link; ``__pycache__`` may not), else :class:`~beton.errors.CacheDirError`. Refused rather than replaced by
+    a private directory elsewhere: a kernel cache that others can write is a configuration to fix, and moving
+    it silently would hide that."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(cache_dir)), exist_ok=True)
+    except OSError:
+        pass  # open_private_directory says why the directory cannot be made
+    fix = (f"It holds Python modules and numba's compiled code that this process runs. Remove it (rm -r "
+           f"{cache_dir!r}) and let beton create it with mode 0700, or set CompileOptions(kernel_cache_dir=...) or "
+           "$BETON_CACHE_DIR to a directory only you can write")
+    directory = open_private_directory(cache_dir, what="kernel cache directory", fix=fix, follow=True)
+    try:
+        os.close(open_private_directory("__pycache__", dir_fd=directory, what="numba cache directory", fix=fix,
+                                        shown=os.path.join(cache_dir, "__pycache__")))
+    except BaseException:
+        os.close(directory)
+        raise
+    return directory
+
+
+def _store_module(directory: int, name: str, source: bytes, path: str) -> None:
+    """Make ``name`` in ``directory`` a regular file of this user's holding exactly ``source``; whatever else is
+    there is replaced by a rename, without being followed or read."""
+    if read_regular_file(name, directory, size=len(source)) == source:
+        return
+    try:
+        temporary = write_new_file(directory, source, f".{name}.")
+    except OSError as error:
+        raise CacheDirError(f"cannot write the stage module {path!r}: {error.strerror}") from error
+    if not replace_with(directory, temporary, name):
+        raise CacheDirError(f"cannot write the stage module {path!r}: a directory that is not empty is in its place; "
+                            "remove it")
 
 
 def _module_text(module_name: str) -> bytes:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import subprocess
 import sys
 import textwrap
 
 import numba
 import numpy as np
+import pytest
 import torch
 
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder
+from beton.errors import CacheDirError
 from beton.loader import CompileOptions
 from beton.pipeline.operation import BatchOperation, JitOperation
 from beton.transforms import Convert, ToTensor
@@ -134,3 +137,92 @@ def test_an_in_place_compiled_step_after_a_python_step_works_on_that_steps_resul
                 assert np.array_equal(image, expected) or np.array_equal(image, expected[:, ::-1])
                 mirrored += not np.array_equal(image, expected)
     assert 0 < mirrored < 2 * 203
+
+
+# ---- the kernel cache is this user's alone (issue #25 item 3) --------------------------------------------------
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory or file to another user needs root")
+FLIP = {"image": [NDArrayDecoder(), RandomHorizontalFlip(), ToTensor()]}
+
+
+def flip_loader(image_file, cache_dir) -> Loader:
+    return Loader(image_file, batch_size=8, num_workers=1, pipelines=FLIP,
+                  compile_options=CompileOptions(kernel_cache_dir=str(cache_dir)))
+
+
+def test_the_kernel_cache_and_numbas_directory_in_it_are_made_with_mode_0700(image_file, tmp_path):
+    cache = tmp_path / "made" / "kernels"
+    with flip_loader(image_file, cache) as loader:
+        next(iter(loader))
+    for directory in (cache, cache / "__pycache__"):
+        status = os.lstat(directory)
+        assert stat.S_ISDIR(status.st_mode) and stat.S_IMODE(status.st_mode) == 0o700
+        assert status.st_uid == os.geteuid()
+
+
+def _world_writable(directory) -> None:
+    directory.mkdir()
+    os.chmod(directory, 0o777)
+
+
+def _others(directory) -> None:
+    directory.mkdir(mode=0o755)
+    os.chown(directory, NOBODY, NOBODY)
+
+
+def _linked_pycache(directory) -> None:
+    directory.mkdir(mode=0o700)
+    (directory.parent / "elsewhere").mkdir()
+    os.symlink(directory.parent / "elsewhere", directory / "__pycache__")
+
+
+@pytest.mark.parametrize("kind, plant, message", [
+    ("writable by all", _world_writable, "writable by group or others"),
+    pytest.param("another user's", _others, f"belongs to user id {NOBODY}", marks=as_root),
+    ("__pycache__ a link", _linked_pycache, "symbolic link"),
+])
+def test_a_kernel_cache_others_can_write_is_refused(image_file, tmp_path, kind, plant, message):
+    cache = tmp_path / "kernels"
+    plant(cache)
+    with pytest.raises(CacheDirError, match=message) as caught:
+        flip_loader(image_file, cache)
+    assert str(cache) in str(caught.value) and "rm -r" in str(caught.value)
+    assert not [name for name in os.listdir(cache) if name.endswith(".py")]
+
+
+def _other_content(path, planted: str) -> None:
+    with open(path, "w") as file:
+        file.write(planted)
+
+
+def _link_to_other_content(path, planted: str) -> None:
+    _other_content(f"{path}.elsewhere", planted)
+    os.unlink(path)
+    os.symlink(f"{path}.elsewhere", path)
+
+
+def _others_file(path, planted: str) -> None:
+    _other_content(path, planted)
+    os.chown(path, NOBODY, NOBODY)
+
+
+@pytest.mark.parametrize("plant", [_other_content, _link_to_other_content, pytest.param(_others_file, marks=as_root)],
+                         ids=["other content", "a link to other content", "another user's file"])
+def test_a_module_planted_under_a_stages_name_never_runs(image_file, tmp_path, plant):
+    for name in [name for name in sys.modules if name.startswith("beton_stage_")]:
+        del sys.modules[name]  # as in a fresh process: earlier tests compiled this stage
+    cache = tmp_path / "kernels"
+    with flip_loader(image_file, cache) as loader:
+        source = loader.plan.stages[0].source
+    (module_file,) = [name for name in os.listdir(cache) if name.endswith(".py")]
+    marker = tmp_path / "planted code ran"
+    plant(str(cache / module_file), f"open({str(marker)!r}, 'w').close()\n" + source)
+    sys.modules.pop(module_file[:-3])  # as in a fresh process
+    with flip_loader(image_file, cache) as loader:
+        next(iter(loader))
+        assert loader.plan.stages[0].source == source
+    assert not marker.exists()
+    status = os.lstat(cache / module_file)
+    assert stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid()
+    assert (cache / module_file).read_text() == source  # replaced by the generated source

@@ -1,8 +1,24 @@
 """The page cache on local disk: remote pages kept between epochs, shared by the processes of one node.
 
-Layout: ``<cache_dir>/beton-pages-v1/<file key>/<page number>``, one file per page, plus ``lock`` and ``usage``
-in ``beton-pages-v1``. The file key is a hash of the URL, the object's size and version markers (ETag...) and
-its header bytes, so a changed remote file never meets the pages of its former self.
+Layout: ``<cache_dir>/beton-pages-v1-<uid>/<file key>/<page number>``, one file per page, plus ``lock`` and
+``usage`` in ``beton-pages-v1-<uid>``. The file key is a hash of the URL, the object's size and version markers
+(ETag...) and its header bytes, so a changed remote file never meets the pages of its former self.
+
+Safety (several users on one node; see :mod:`beton.private_dirs`):
+
+* Each user has a directory of their own, ``beton-pages-v1-<uid>`` (the effective user id), under ``cache_dir``,
+  which may be shared (``/tmp``, mode 1777): it is created with mode 0700 and must be a directory (not a link)
+  owned by the user and not writable by group or others, or opening the cache raises
+  :class:`~beton.errors.CacheDirError`. Every operation opens it again and checks the descriptor, then works
+  relative to it (``dir_fd=``): renaming or replacing the path meanwhile changes nothing.
+* Inside, no link is ever followed (``O_NOFOLLOW``); new files are created with ``O_EXCL`` under random names and
+  renamed into place (a rename replaces a link, never follows it); only regular files of this user's are read,
+  checked before they are opened (a FIFO or device is never opened) and through the descriptor, and a page must
+  hold exactly its page's bytes before a byte is read. Anything else where a page should be (a link, FIFO,
+  device, directory, another user's file, a file of the wrong size) is a cache miss, never an error: the page is
+  fetched again and its entry replaced by the rename (an empty directory is removed first; a directory that is
+  not empty stays, and that page is not cached). A page directory that is not a directory of this user's is
+  replaced the same way, else the file's pages are simply not cached. ``lock`` and ``usage`` likewise.
 
 Concurrency model (several processes, e.g. one per GPU, and several threads in each):
 
@@ -10,15 +26,16 @@ Concurrency model (several processes, e.g. one per GPU, and several threads in e
   either nothing or a whole page (rename is atomic within a file system); two processes that fetch the same
   page both rename, and either copy is the page. Every page read back is checked against its CRC32 by the
   caller (:mod:`beton.storage.remote.pages`), so even a page damaged on disk is fetched again, never used.
-* Recency: reading a page sets its modification time to now (``os.utime``); eviction drops the pages with the oldest
-  times first (least recently used across every process).
+* Recency: reading a page sets its modification time to now; eviction drops the pages with the oldest times
+  first (least recently used across every process of this user).
 * Size: ``usage`` holds the bytes the cache holds; it is read and updated under an exclusive ``flock`` of
   ``lock`` whenever a page is added. When a page would take it past ``cache_limit`` the directory is scanned
   (correcting any drift from crashed processes) and the oldest pages are removed until the new one fits.
   A page removed while another process reads it stays readable through that process's open descriptor.
 
-The limit counts page bytes only (not directories or file system blocks). A page larger than the limit is not
-cached.
+The limit counts page bytes only (not directories or file system blocks), per user. A page larger than the
+limit is not cached. No descriptor is held between calls (the cache survives ``fork``, and thousands of remote
+files cost no descriptors).
 """
 
 from __future__ import annotations
@@ -26,114 +43,176 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import tempfile
+import stat
 import time
 from collections.abc import Iterator
+
+from beton.errors import CacheDirError
+from beton.private_dirs import (
+    DIRECTORY_FLAGS,
+    open_private_directory,
+    read_regular_file,
+    replace_with,
+    unlink_quietly,
+    write_new_file,
+)
 
 __all__ = ["DiskPageCache"]
 
 _ROOT = "beton-pages-v1"
+_PARTIAL = ".partial-"
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_USAGE_BYTES = 32  # a decimal number of bytes; a longer "usage" file is not ours
 
 
 class DiskPageCache:
     def __init__(self, cache_dir: str | os.PathLike[str], limit: int | None, key_parts: tuple[object, ...]) -> None:
-        self.root = os.path.join(os.fspath(cache_dir), _ROOT)
+        self.cache_dir = os.fspath(cache_dir)
+        self.root = os.path.join(self.cache_dir, f"{_ROOT}-{os.geteuid()}")
         self.key = hashlib.sha256(repr(key_parts).encode("utf-8")).hexdigest()[:32]
         self.directory = os.path.join(self.root, self.key)
         self.limit = limit
-        os.makedirs(self.directory, exist_ok=True)
-        self._lock_path = os.path.join(self.root, "lock")
-        self._usage_path = os.path.join(self.root, "usage")
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)  # the shared root; what is private is this user's directory
+        except OSError as error:
+            raise CacheDirError(f"cannot create the cache directory {self.cache_dir!r} (RemoteOptions.cache_dir): "
+                                f"{error.strerror}. {self._fix()}") from error
+        os.close(self._open_root())  # refused here, with an error that says why, rather than missed silently later
 
-    def _path(self, page: int) -> str:
-        return os.path.join(self.directory, str(page))
+    def _fix(self) -> str:
+        return (f"Remove {self.root!r} if it is not yours, or choose another RemoteOptions(cache_dir=...); "
+                f"beton creates {os.path.basename(self.root)} itself (mode 0700) in a directory this user can write "
+                f"(one shared by several users should have mode 1777, as /tmp)")
+
+    def _open_root(self) -> int:
+        return open_private_directory(self.root, what="remote page cache directory", fix=self._fix())
 
     def contains(self, page: int) -> bool:
-        return os.path.exists(self._path(page))
-
-    def get(self, page: int) -> bytes | None:
-        """The cached bytes of a page (unchecked: the caller checks its CRC32), or None."""
-        path = self._path(page)
+        """Whether a page seems cached (a hint for reading ahead: :meth:`get` decides)."""
         try:
-            with open(path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
+            status = os.stat(os.path.join(self.directory, str(page)), follow_symlinks=False)
+        except OSError:
+            return False
+        return stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid()
+
+    def get(self, page: int, size: int) -> bytes | None:
+        """The cached bytes of a page of ``size`` bytes (unchecked: the caller checks its CRC32), or None when it is
+        not cached as a regular file of this user's of exactly that size."""
+        try:
+            with _Directories(self._open_root(), self.key) as (_, directory):
+                return read_regular_file(str(page), directory, size=size, touch=True)
+        except (_Unusable, CacheDirError, OSError):
             return None
-        _touch(path)
-        return data
 
     def discard(self, page: int) -> None:
         """Forget a page whose bytes failed their checksum."""
         try:
-            size = os.path.getsize(self._path(page))
-            os.unlink(self._path(page))
-        except FileNotFoundError:
-            return
-        with self._locked():
-            self._write_usage(max(0, self._read_usage() - size))
+            with _Directories(self._open_root(), self.key) as (root, directory):
+                size = _size_of_page(directory, str(page))
+                unlink_quietly(str(page), directory)
+                if size:
+                    with _Lock(root):
+                        _write_usage(root, max(0, _read_usage(root) - size))
+        except (_Unusable, CacheDirError, OSError):
+            pass
 
     def put(self, page: int, data: bytes | memoryview) -> None:
-        """Store a page (already checked) unless it cannot fit under the limit."""
+        """Store a page (already checked) unless it cannot fit under the limit, or the cache cannot hold it safely
+        (then it is simply not cached)."""
         size = len(data)
         if self.limit is not None and size > self.limit:
             return
-        descriptor, temporary = tempfile.mkstemp(prefix=".partial-", dir=self.directory)
         try:
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(data)
-            with self._locked():
-                usage = self._read_usage()
-                if self.limit is not None and usage + size > self.limit:
-                    usage = self._evict(self.limit - size)
-                replaced = _size_or_zero(self._path(page))
-                os.replace(temporary, self._path(page))
-                temporary = None
-                _touch(self._path(page))
-                self._write_usage(usage - replaced + size)
-        finally:
-            if temporary is not None:
-                _unlink_quietly(temporary)
+            with _Directories(self._open_root(), self.key) as (root, directory):
+                temporary = write_new_file(directory, data, _PARTIAL)
+                try:
+                    with _Lock(root):
+                        usage = _read_usage(root)
+                        if self.limit is not None and usage + size > self.limit:
+                            usage = _evict(root, self.limit - size)
+                        replaced = _size_of_page(directory, str(page))
+                        stored = replace_with(directory, temporary, str(page))  # removes it if not
+                        temporary = None
+                        if not stored:
+                            return
+                        now = time.time_ns()
+                        os.utime(str(page), ns=(now, now), dir_fd=directory, follow_symlinks=False)
+                        _write_usage(root, usage - replaced + size)
+                finally:
+                    if temporary is not None:
+                        unlink_quietly(temporary, directory)
+        except (_Unusable, CacheDirError, OSError):
+            pass
 
-    # ---- under the lock -------------------------------------------------------------------------------------
 
-    def _evict(self, target: int) -> int:
-        """Remove the least recently used pages until the cache holds at most ``target`` bytes; its new size."""
-        entries = sorted(_pages(self.root), key=lambda entry: entry[1])  # (path, mtime, size), oldest first
-        total = sum(size for _, _, size in entries)
-        for path, _, size in entries:
-            if total <= target:
+class _Unusable(Exception):
+    """An entry of the cache is not what beton made and could not be replaced: treated as a miss."""
+
+
+class _Directories:
+    """(root, page directory) descriptors for a ``with`` block; the root descriptor is the one given."""
+
+    def __init__(self, root: int, key: str) -> None:
+        self._root, self._key, self._directory = root, key, -1
+
+    def __enter__(self) -> tuple[int, int]:
+        try:
+            self._directory = _page_directory(self._root, self._key)
+        except BaseException:
+            os.close(self._root)
+            raise
+        return self._root, self._directory
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self._directory)
+        os.close(self._root)
+
+
+def _page_directory(root: int, key: str) -> int:
+    """The descriptor of a file's page directory in ``root``, created if missing; an entry there that is not a
+    directory of this user's (a link, a file, another user's directory) is removed and made again, once."""
+    for attempt in range(2):
+        try:
+            return open_private_directory(key, dir_fd=root, what="page directory", fix="")
+        except CacheDirError:
+            if attempt:
                 break
-            _unlink_quietly(path)
-            total -= size
-        return total
-
-    def _read_usage(self) -> int:
-        try:
-            with open(self._usage_path, "rb") as file:
-                return max(0, int(file.read().strip() or b"0"))
-        except (FileNotFoundError, ValueError):
-            return sum(size for _, _, size in _pages(self.root))
-
-    def _write_usage(self, usage: int) -> None:
-        temporary = f"{self._usage_path}.{os.getpid()}"
-        with open(temporary, "wb") as file:
-            file.write(str(usage).encode("ascii"))
-        os.replace(temporary, self._usage_path)
-
-    def _locked(self) -> _FileLock:
-        return _FileLock(self._lock_path)
+            try:
+                os.unlink(key, dir_fd=root)  # a link or a file: removing it follows nothing
+            except IsADirectoryError:
+                try:
+                    os.rmdir(key, dir_fd=root)
+                except OSError:
+                    break
+            except OSError:
+                break
+    raise _Unusable(key)
 
 
-class _FileLock:
-    """An exclusive ``flock`` on a file, held for a ``with`` block (between processes, and between threads,
-    since every use opens its own descriptor)."""
+class _Lock:
+    """An exclusive ``flock`` on ``lock`` in the cache's root, held for a ``with`` block (between processes, and
+    between threads, since every use opens its own descriptor). A ``lock`` entry that is not a regular file of this
+    user's is removed and made again, once."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, root: int) -> None:
+        self._root = root
         self._descriptor = -1
 
-    def __enter__(self) -> _FileLock:
-        self._descriptor = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o666)
+    def __enter__(self) -> _Lock:
+        for _ in range(2):
+            try:
+                descriptor = os.open("lock", _LOCK_FLAGS, 0o600, dir_fd=self._root)
+            except OSError:  # a link (ELOOP), a directory (EISDIR)...
+                descriptor = -1
+            if descriptor >= 0:
+                status = os.fstat(descriptor)
+                if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid():
+                    self._descriptor = descriptor
+                    break
+                os.close(descriptor)
+            _remove_entry(self._root, "lock")
+        else:
+            raise _Unusable("lock")
         fcntl.flock(self._descriptor, fcntl.LOCK_EX)
         return self
 
@@ -142,48 +221,92 @@ class _FileLock:
         os.close(self._descriptor)
 
 
-def _pages(root: str) -> Iterator[tuple[str, int, int]]:
-    """Every cached page under ``root``: (path, modification time, size); temporary files are not pages."""
+def _remove_entry(directory: int, name: str) -> None:
+    """Remove an entry without following it: a link, file, FIFO or device is unlinked, an empty directory removed."""
     try:
-        directories = list(os.scandir(root))
-    except FileNotFoundError:
+        os.unlink(name, dir_fd=directory)
+    except IsADirectoryError:
+        try:
+            os.rmdir(name, dir_fd=directory)
+        except OSError:
+            pass
+    except OSError:
+        pass
+
+
+# ---- under the lock -------------------------------------------------------------------------------------------
+
+def _evict(root: int, target: int) -> int:
+    """Remove the least recently used pages until the cache holds at most ``target`` bytes; its new size."""
+    entries = sorted(_pages(root), key=lambda entry: entry[2])  # (directory, name, mtime, size), oldest first
+    total = sum(size for *_, size in entries)
+    opened: dict[str, int] = {}
+    try:
+        for key, name, _, size in entries:
+            if total <= target:
+                break
+            if key not in opened:
+                try:
+                    opened[key] = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
+                except OSError:
+                    continue
+            unlink_quietly(name, opened[key])
+            total -= size
+    finally:
+        for descriptor in opened.values():
+            os.close(descriptor)
+    return total
+
+
+def _read_usage(root: int) -> int:
+    data = read_regular_file("usage", root, most=_USAGE_BYTES)
+    try:
+        if data is not None:
+            return max(0, int(data.strip() or b"0"))
+    except ValueError:
+        pass
+    return sum(size for *_, size in _pages(root))
+
+
+def _write_usage(root: int, usage: int) -> None:
+    temporary = write_new_file(root, str(usage).encode("ascii"), ".usage-")
+    replace_with(root, temporary, "usage")
+
+
+def _pages(root: int) -> Iterator[tuple[str, str, int, int]]:
+    """Every cached page under ``root``: (page directory, name, modification time, size). Only regular files of
+    this user's in directories of this user's count; temporary files are not pages."""
+    user = os.geteuid()
+    try:
+        with os.scandir(root) as entries:
+            directories = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
         return
-    for directory in directories:
-        if not directory.is_dir(follow_symlinks=False):
+    for key in directories:
+        try:
+            descriptor = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
+        except OSError:
             continue
         try:
-            entries = list(os.scandir(directory.path))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+            if os.fstat(descriptor).st_uid != user:
                 continue
-            try:
-                status = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            yield entry.path, status.st_mtime_ns, status.st_size
+            with os.scandir(descriptor) as entries:
+                found = [entry for entry in entries if not entry.name.startswith(".")]
+            for entry in found:
+                try:
+                    status = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(status.st_mode) and status.st_uid == user:
+                    yield key, entry.name, status.st_mtime_ns, status.st_size
+        finally:
+            os.close(descriptor)
 
 
-def _touch(path: str) -> None:
-    """Mark a page used now. The time is given explicitly: file systems stamp times from a coarse clock
-    (milliseconds), under which pages used one after the other would tie."""
-    now = time.time_ns()
+def _size_of_page(directory: int, name: str) -> int:
+    """The bytes ``name`` counts for in ``usage``: its size if it is a regular file of this user's, else 0."""
     try:
-        os.utime(path, ns=(now, now))
-    except OSError:  # removed meanwhile by another process's eviction: nothing to mark
-        pass
-
-
-def _size_or_zero(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except FileNotFoundError:
+        status = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except OSError:
         return 0
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    return status.st_size if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid() else 0

@@ -95,7 +95,8 @@ class RemotePages:
     def _load(self, page: int) -> bytes:
         """A page from the disk cache, else fetched (and then cached)."""
         if self.cache is not None:
-            cached = self.cache.get(page)
+            start, end = self.bounds(page)
+            cached = self.cache.get(page, end - start)  # a cached page must have exactly its page's size
             if cached is not None:
                 if self._matches(page, cached):
                     return cached
