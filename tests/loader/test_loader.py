@@ -443,6 +443,17 @@ def test_set_epoch_after_an_interrupted_epoch_moves_the_checkpoint_too(image_fil
 FFCV_NAMES = {"fname", "path", "batch_size", "num_workers", "os_cache", "order", "distributed", "seed", "indices",
               "pipelines", "custom_fields", "drop_last", "batches_ahead", "recompile"}
 
+@pytest.mark.parametrize("batch_size", [2.5, "16", True, 0, -3, np.float64(4.0)])
+def test_a_batch_size_that_is_not_a_whole_number_of_samples_is_named(image_file, batch_size):
+    with pytest.raises(ValueError, match=r"batch_size must be a whole number of at least 1, got"):
+        Loader(image_file, batch_size=batch_size)
+
+
+def test_a_numpy_integer_batch_size_works(image_file):
+    with Loader(image_file, batch_size=np.int64(50), num_workers=0) as loader:
+        assert [len(labels) for _, labels in loader] == [50, 50, 50, 50, 3]
+
+
 def test_the_constructor_takes_at_most_thirteen_options_beyond_ffcvs_names():
     import inspect
 
