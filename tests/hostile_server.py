@@ -12,7 +12,7 @@ serves the files of one directory (``GET``/``HEAD /name``, ranges honoured, ``ET
 ``many-headers``     header lines that never end
 ``503`` / ``404``    that status
 ``redirect``         ``302`` to ``location`` (``{name}`` is replaced by the file's name)
-``junk-after``       the right answer followed by bytes that are no HTTP answer, on the same keep-alive connection
+``junk-after``       the right answer, then (20 ms later, as the connection idles) bytes that are no HTTP answer
 
 Endless bodies and headers are generated lazily from one 64 KiB block, never built in memory, and cut after
 ``cap`` bytes (64 MiB by default): a client that read them whole would hold that much (which the tests measure),
@@ -30,6 +30,7 @@ import http.server
 import os
 import re
 import threading
+import time
 
 __all__ = ["Attack", "HostileServer", "ATTACKS"]
 
@@ -43,13 +44,18 @@ _HUGE = 3 * 2**30
 
 @dataclasses.dataclass
 class Attack:
-    """``kind`` for the next ``times`` requests of ``method`` (any when None) for ``name`` (any when None)."""
+    """``kind`` for the next ``times`` requests of ``method`` (any when None) for ``name`` (any when None) whose
+    range starts in [``from_byte``, ``to_byte``) (a request without a range starts at 0), after ``skip`` such
+    requests answered rightly."""
 
     kind: str
     times: int = 1
     method: str | None = None
     name: str | None = None
     location: str = ""
+    from_byte: int = 0
+    to_byte: int | None = None
+    skip: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ATTACKS:
@@ -74,6 +80,12 @@ class HostileServer:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (ConnectionResetError, BrokenPipeError):
+                    pass  # the client closed a connection whose answer it refused, or stopped waiting for
 
             def do_HEAD(self) -> None:
                 server._answer(self, "HEAD")
@@ -113,17 +125,22 @@ class HostileServer:
 
     # ---- answering ------------------------------------------------------------------------------------------
 
-    def _take(self, method: str, name: str) -> Attack | None:
+    def _take(self, method: str, name: str, start: int) -> Attack | None:
         with self._lock:
             for attack in self.attacks:
-                if attack.times > 0 and attack.method in (None, method) and attack.name in (None, name):
+                if attack.times > 0 and attack.method in (None, method) and attack.name in (None, name) and \
+                        attack.from_byte <= start < (attack.to_byte if attack.to_byte is not None else start + 1):
+                    if attack.skip:
+                        attack.skip -= 1
+                        return None
                     attack.times -= 1
                     return attack
         return None
 
     def _answer(self, handler: http.server.BaseHTTPRequestHandler, method: str) -> None:
         name = handler.path.lstrip("/")
-        attack = self._take(method, name)
+        match = _RANGE.match(handler.headers.get("Range", "") or "")
+        attack = self._take(method, name, int(match[1]) if match else 0)
         with self._lock:
             self.log.append((method, name, attack.kind if attack is not None else "served"))
         write = _Writer(handler, self)
@@ -178,7 +195,9 @@ class HostileServer:
                     break
                 write.raw(block)
                 left -= len(block)
-        if kind == "junk-after":
+        if kind == "junk-after":  # once the answer has arrived: the connection idles with the junk in it
+            handler.wfile.flush()
+            time.sleep(0.02)
             write.raw(b"this is no HTTP answer\r\n\r\n")
         return None
 

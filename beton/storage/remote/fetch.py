@@ -103,12 +103,13 @@ class RangeFetcher:
     def stat(self) -> dict[str, Any]:
         """The object's current information (size, ETag...), asked anew (fsspec caches listings)."""
         if self._store == "http":
-            return self._with_retries(lambda: self._on_loop(http.info, self.fs, self._path, self.options.redirects),
+            return self._with_retries(lambda fresh: self._on_loop(http.info, self.fs, self._path,
+                                                                  self.options.redirects, fresh),
                                       "its size and version")
         invalidate = getattr(self.fs, "invalidate_cache", None)
         if invalidate is not None:
             invalidate(self._path)
-        return self._with_retries(lambda: self._call("info", self._path), "its size and version")
+        return self._with_retries(lambda fresh: self._call("info", self._path), "its size and version")
 
     def _size_of(self, info: dict[str, Any]) -> int:
         size = info.get("size")
@@ -127,23 +128,25 @@ class RangeFetcher:
         if start == end:
             return b""
         if self._store == "http":
-            attempt = lambda: self._on_loop(http.read_range, self.fs, self._path, start, end,  # noqa: E731
-                                            self.options.redirects)
+            attempt = lambda fresh: self._on_loop(http.read_range, self.fs, self._path, start, end,  # noqa: E731
+                                                  self.options.redirects, fresh)
         elif self._store == "s3":
-            attempt = lambda: self._on_loop(_s3_range, self.fs, self._path, start, end)  # noqa: E731
+            attempt = lambda fresh: self._on_loop(_s3_range, self.fs, self._path, start, end)  # noqa: E731
         else:
-            def attempt() -> bytes:
+            def attempt(fresh: bool) -> bytes:
                 data = self._call("cat_file", self._path, start=start, end=end)
                 if len(data) != end - start:
                     raise AnswerError(f"the answer held {len(data)} bytes, the range {end - start}", transient=True)
                 return bytes(data)
         return self._with_retries(attempt, f"{what} (bytes {start}..{end})")
 
-    def _with_retries(self, attempt: Callable[[], Any], what: str) -> Any:
+    def _with_retries(self, attempt: Callable[[bool], Any], what: str) -> Any:
+        """``attempt(fresh)`` until it succeeds, within the retry budget; ``fresh`` (on every retry): asks for a new
+        connection where the store lets beton choose (HTTP)."""
         tries = self.options.retries + 1
         for number in range(tries):
             try:
-                return attempt()
+                return attempt(number > 0)
             except (FileNotFoundError, NotThere) as error:
                 detail = f": {error}" if isinstance(error, NotThere) else ""
                 raise locate(ShardNotFoundError(f"no such remote file (reading {what}{detail})"),

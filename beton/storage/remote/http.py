@@ -18,14 +18,18 @@ fsspec's HTTPFileSystem reads whole bodies (``cat_file`` returns whatever the se
   aiohttp bounds the headers: lines of at most 8190 bytes, at most 128 of them.
 
 A body not read to its end never goes back to the connection pool (its connection is closed), so no later request
-reads the rest of it as its own answer. The caller (:class:`~beton.storage.remote.fetch.RangeFetcher`) runs each
+reads the rest of it as its own answer. A retry (``fresh``) never takes a pooled connection: it goes through a
+session of its own, made with the same settings and closed after it, because an idle connection may hold bytes a
+server sent after its last answer (a poisoned keep-alive connection), which the pool cannot see. The caller (:class:`~beton.storage.remote.fetch.RangeFetcher`) runs each
 call on fsspec's event loop with a timeout that cancels it, and retries what :class:`AnswerError` calls transient.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import urllib.parse
+from collections.abc import AsyncIterator
 from typing import Any
 
 from beton.storage.remote.answers import AnswerError, NotThere, read_exactly
@@ -64,10 +68,23 @@ def redirect_allowed(policy: str, opened: str, target: str) -> bool:
     return policy == "same-origin" and origin(target) == origin(opened)
 
 
-async def _open(fs: Any, method: str, url: str, headers: dict[str, str], policy: str) -> tuple[Any, str]:
+@contextlib.asynccontextmanager
+async def _session(fs: Any, fresh: bool) -> AsyncIterator[Any]:
+    """fsspec's shared session, or for ``fresh`` a new one with the same settings (closed on leaving)."""
+    if not fresh:
+        yield await fs.set_session()
+        return
+    session = await fs.get_client(loop=fs.loop, **fs.client_kwargs)
+    try:
+        yield session
+    finally:
+        await session.close()
+
+
+async def _open(session: Any, fs: Any, method: str, url: str, headers: dict[str, str],
+                policy: str) -> tuple[Any, str]:
     """The response to ``method url`` (its body unread) after the redirects ``policy`` allows, and the URL that
     answered."""
-    session = await fs.set_session()
     keywords = dict(fs.kwargs)
     keywords.pop("allow_redirects", None)
     base = {**dict(keywords.pop("headers", None) or {}), **headers, "Accept-Encoding": "identity"}
@@ -107,10 +124,16 @@ def _refuse_status(response: Any, url: str) -> AnswerError:
                        status=status)
 
 
-async def read_range(fs: Any, url: str, start: int, end: int, policy: str) -> bytes:
-    """Bytes [start, end) of ``url`` (``end > start``), exactly, or an :class:`AnswerError`."""
+async def read_range(fs: Any, url: str, start: int, end: int, policy: str, fresh: bool = False) -> bytes:
+    """Bytes [start, end) of ``url`` (``end > start``), exactly, or an :class:`AnswerError`; ``fresh``: on a new
+    connection."""
+    async with _session(fs, fresh) as session:
+        return await _read_range(session, fs, url, start, end, policy)
+
+
+async def _read_range(session: Any, fs: Any, url: str, start: int, end: int, policy: str) -> bytes:
     wanted = end - start
-    response, where = await _open(fs, "GET", url, {"Range": f"bytes={start}-{end - 1}"}, policy)
+    response, where = await _open(session, fs, "GET", url, {"Range": f"bytes={start}-{end - 1}"}, policy)
     try:
         if response.status == 200:
             length = response.headers.get("Content-Length")
@@ -146,10 +169,16 @@ def _check_range(headers: Any, start: int, end: int, url: str) -> None:
                           transient=True)
 
 
-async def info(fs: Any, url: str, policy: str) -> dict[str, Any]:
+async def info(fs: Any, url: str, policy: str, fresh: bool = False) -> dict[str, Any]:
     """``{"size": ..., "ETag": ..., "Last-Modified": ...}`` of ``url`` from a HEAD request (a GET of its first byte
-    when HEAD is refused or gives no length), or an :class:`AnswerError` (:class:`NotThere` for 404/410)."""
-    response, where = await _open(fs, "HEAD", url, {}, policy)
+    when HEAD is refused or gives no length), or an :class:`AnswerError` (:class:`NotThere` for 404/410);
+    ``fresh``: on a new connection."""
+    async with _session(fs, fresh) as session:
+        return await _info(session, fs, url, policy)
+
+
+async def _info(session: Any, fs: Any, url: str, policy: str) -> dict[str, Any]:
+    response, where = await _open(session, fs, "HEAD", url, {}, policy)
     try:
         status, headers = response.status, response.headers
         if status in _GONE or (status >= 400 and status not in (403, 405, 501)):
@@ -161,13 +190,13 @@ async def info(fs: Any, url: str, policy: str) -> dict[str, Any]:
             return {"size": int(length), **result}
     finally:
         response.close()
-    return await _info_by_range(fs, url, policy)
+    return await _info_by_range(session, fs, url, policy)
 
 
-async def _info_by_range(fs: Any, url: str, policy: str) -> dict[str, Any]:
+async def _info_by_range(session: Any, fs: Any, url: str, policy: str) -> dict[str, Any]:
     """Size and markers from ``GET`` of the first byte (its ``Content-Range`` holds the size); for servers that
     refuse HEAD (a URL signed for GET only) or answer it without a length."""
-    response, where = await _open(fs, "GET", url, {"Range": "bytes=0-0"}, policy)
+    response, where = await _open(session, fs, "GET", url, {"Range": "bytes=0-0"}, policy)
     try:
         headers = response.headers
         if response.status == 416:  # an empty file has no byte 0
