@@ -277,3 +277,72 @@ def test_the_redirect_policy_is_checked_and_has_a_flag(server):
     with pytest.raises(SystemExit):
         cli(["info", server.url("data.beton"), "--redirects", "sometimes"])
 
+
+
+# ---- S3: GetObject streamed ----------------------------------------------------------------------------------
+
+class _EndlessBody:
+    """An S3 body that never ends, counting what was asked of it."""
+
+    def __init__(self) -> None:
+        self.bytes_read = 0
+        self.closed = False
+
+    async def read(self, amount: int) -> bytes:
+        self.bytes_read += amount
+        return b"\0" * amount
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FakeS3:
+    """The two things of s3fs that the streamed range read uses."""
+
+    def __init__(self, length) -> None:
+        self.length, self.body, self.calls = length, _EndlessBody(), []
+
+    def split_path(self, path):
+        bucket, key = path.split("/", 1)
+        return bucket, key, None
+
+    async def _call_s3(self, method, **kwargs):
+        self.calls.append((method, kwargs))
+        return {"ContentLength": self.length, "Body": self.body}
+
+
+@pytest.mark.parametrize("length", [None, 3 * 2**30])
+def test_an_s3_body_longer_than_its_range_is_cut_at_the_range(length):
+    import asyncio
+
+    from beton.storage.remote.answers import CHUNK, AnswerError
+    from beton.storage.remote.fetch import read_s3_range
+
+    fake = _FakeS3(length)
+    with pytest.raises(AnswerError) as caught:
+        asyncio.run(read_s3_range(fake, "bucket/key", 100, 100 + 7000))
+    assert caught.value.transient and fake.body.closed
+    assert fake.calls == [("get_object", {"Bucket": "bucket", "Key": "key", "Range": "bytes=100-7099"})]
+    assert fake.body.bytes_read <= 7000 + CHUNK  # nothing read when the announced length is wrong
+
+
+def test_s3_reads_go_through_the_streamed_get_object(tmp_path):
+    s3fs = pytest.importorskip("s3fs", reason="s3:// needs s3fs (the 'remote' extra)")
+    moto_server = pytest.importorskip("moto.server", reason="the S3 tests run moto's server (the 'test' extra)")
+    from beton.storage.remote.fetch import RangeFetcher
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {"key": "testing", "secret": "testing", "endpoint_url": f"http://{host}:{port}"}
+        store = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+        store.mkdir("bounds")
+        store.pipe_file("bounds/blob", bytes(range(256)) * 40)
+        fetcher = RangeFetcher("s3://bounds/blob", dataclasses.replace(FAST, storage_options=options))
+        assert fetcher.store == "s3" and fetcher.size == 10240
+        assert fetcher.fetch(300, 1300, "a range") == (bytes(range(256)) * 40)[300:1300]
+        with pytest.raises(ShardNotFoundError):
+            RangeFetcher("s3://bounds/missing", dataclasses.replace(FAST, storage_options=options))
+    finally:
+        server.stop()

@@ -39,7 +39,7 @@ from beton.storage.remote import http
 from beton.storage.remote.answers import AnswerError, NotThere, read_exactly
 from beton.storage.remote.options import RemoteOptions
 
-__all__ = ["RangeFetcher", "import_fsspec", "is_transient"]
+__all__ = ["RangeFetcher", "import_fsspec", "is_transient", "read_s3_range"]
 
 # Identity of a stored object, by the names fsspec's implementations give it: a changed object changes one.
 _IDENTITY_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "Last-Modified", "LastModified",
@@ -93,7 +93,7 @@ class RangeFetcher:
         self._random = random.Random()  # jitter only; never affects which bytes are read
         self._random_lock = threading.Lock()
         self.fs, self._path = fsspec.core.url_to_fs(url, **dict(options.storage_options))
-        self._store = _store_of(self.fs)
+        self.store = _store_of(self.fs)  # "http", "s3" or "other": how ranges are read (module docstring)
         info = self.stat()
         self.size = self._size_of(info)
         self.identity = identity_of(info)
@@ -102,7 +102,7 @@ class RangeFetcher:
 
     def stat(self) -> dict[str, Any]:
         """The object's current information (size, ETag...), asked anew (fsspec caches listings)."""
-        if self._store == "http":
+        if self.store == "http":
             return self._with_retries(lambda fresh: self._on_loop(http.info, self.fs, self._path,
                                                                   self.options.redirects, fresh),
                                       "its size and version")
@@ -127,11 +127,11 @@ class RangeFetcher:
             raise ValueError(f"range {start}..{end} is outside the {self.size}-byte file {self.url!r}")
         if start == end:
             return b""
-        if self._store == "http":
+        if self.store == "http":
             attempt = lambda fresh: self._on_loop(http.read_range, self.fs, self._path, start, end,  # noqa: E731
                                                   self.options.redirects, fresh)
-        elif self._store == "s3":
-            attempt = lambda fresh: self._on_loop(_s3_range, self.fs, self._path, start, end)  # noqa: E731
+        elif self.store == "s3":
+            attempt = lambda fresh: self._on_loop(read_s3_range, self.fs, self._path, start, end)  # noqa: E731
         else:
             def attempt(fresh: bool) -> bytes:
                 data = self._call("cat_file", self._path, start=start, end=end)
@@ -197,7 +197,7 @@ def _store_of(fs: Any) -> str:
     return "other"
 
 
-async def _s3_range(fs: Any, path: str, start: int, end: int) -> bytes:
+async def read_s3_range(fs: Any, path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of an S3 object by GetObject with a Range, the body read in chunks and cut at its end."""
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}

@@ -20,8 +20,9 @@ fsspec's HTTPFileSystem reads whole bodies (``cat_file`` returns whatever the se
 A body not read to its end never goes back to the connection pool (its connection is closed), so no later request
 reads the rest of it as its own answer. A retry (``fresh``) never takes a pooled connection: it goes through a
 session of its own, made with the same settings and closed after it, because an idle connection may hold bytes a
-server sent after its last answer (a poisoned keep-alive connection), which the pool cannot see. The caller (:class:`~beton.storage.remote.fetch.RangeFetcher`) runs each
-call on fsspec's event loop with a timeout that cancels it, and retries what :class:`AnswerError` calls transient.
+server sent after its last answer (a poisoned keep-alive connection), which the pool cannot see. The caller
+(:class:`~beton.storage.remote.fetch.RangeFetcher`) runs each call on fsspec's event loop with a timeout that
+cancels it, and retries what :class:`AnswerError` calls transient.
 """
 
 from __future__ import annotations
