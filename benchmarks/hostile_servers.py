@@ -205,6 +205,8 @@ def main() -> None:
                     row = json.loads(lines[-1]) if lines else {"outcome": f"crashed: {result.stderr[-300:]}"}
                 except subprocess.TimeoutExpired:
                     row = {"outcome": f"HUNG: killed after {arguments.timeout:.0f} s"}
+                for running, said in ((server, "<server>"), (other, "<other>")):
+                    row["outcome"] = row["outcome"].replace(f"http://127.0.0.1:{running.port}", said)
                 redirected = sum(1 for logged in other.log if logged[1] != "warm.beton")  # not the warm-up's
                 row = {"case": name, "attack": case.what, "requests": server.requests(),
                        "redirected_requests": redirected, **row}
