@@ -101,6 +101,12 @@ class RangeServer:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (ConnectionResetError, BrokenPipeError):
+                    pass  # the client closed a connection whose answer it refused, or stopped waiting for
+
             def do_HEAD(self) -> None:
                 server._answer(self, head=True)
 

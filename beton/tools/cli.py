@@ -39,6 +39,7 @@ from beton._version import __version__
 from beton.errors import BetonError
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
+from beton.storage.remote.options import REDIRECT_POLICIES
 from beton.storage.verify import verify
 from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
                                          positive_argument)
@@ -262,6 +263,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _redirect_policy(text: str) -> str:
+    if text not in REDIRECT_POLICIES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(REDIRECT_POLICIES)}, got {text}")
+    return text
+
+
 #: The flags that build a command's RemoteOptions: field -> (type, metavar, help). Every field has one
 #: (tests/tools/test_cli.py checks), so a setting added to RemoteOptions is added here too.
 _REMOTE_FLAGS: dict[str, tuple[object, str, str]] = {
@@ -277,6 +284,7 @@ _REMOTE_FLAGS: dict[str, tuple[object, str, str]] = {
     "timeout": (_seconds, "SECONDS", "seconds one request may take (default 60)"),
     "request_bytes": (byte_size, "SIZE", "consecutive pages fetched in one request up to this size (default 8MiB)"),
     "prefetch_bytes": (byte_size, "SIZE", "pages fetched ahead and held in memory (default 128MiB)"),
+    "redirects": (_redirect_policy, "POLICY", "HTTP(S) redirects followed: same-origin (default), any or none"),
 }
 
 

@@ -9,7 +9,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RemoteOptions", "is_url", "remote_or_default"]
+__all__ = ["RemoteOptions", "is_url", "remote_or_default", "REDIRECT_POLICIES"]
+
+#: What ``RemoteOptions.redirects`` may be.
+REDIRECT_POLICIES = ("same-origin", "any", "none")
 
 # "scheme://..." or fsspec's chained "cache::scheme://...". A Windows drive ("C:\\") has no "//" after the colon.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
@@ -42,6 +45,11 @@ class RemoteOptions:
         timeout: seconds one request may take before it counts as failed (None: the file system's own).
         request_bytes: consecutive pages are fetched in one request up to about this many bytes.
         prefetch_bytes: bytes of pages fetched ahead of the reader and held in memory.
+        redirects: which HTTP(S) redirects are followed (at most 5 for one request): ``"same-origin"`` (the
+            default) only to the same scheme, host and port as the URL opened; ``"any"`` to any http(s) URL
+            (``Authorization`` and ``Cookie`` headers stay behind); ``"none"``: none. A redirect outside the policy
+            is a :class:`~beton.errors.StorageError` naming both URLs. Other stores redirect inside their own
+            client (botocore follows S3's region redirects).
     """
 
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -54,6 +62,7 @@ class RemoteOptions:
     timeout: float | None = 60.0
     request_bytes: int = 8 * 1024 * 1024
     prefetch_bytes: int = 128 * 1024 * 1024
+    redirects: str = "same-origin"
 
     def __post_init__(self) -> None:
         for name in ("max_in_flight", "request_bytes", "prefetch_bytes"):
@@ -66,6 +75,9 @@ class RemoteOptions:
             raise ValueError(f"timeout must be positive or None, got {self.timeout}")
         if self.cache_limit is not None and self.cache_limit < 0:
             raise ValueError(f"cache_limit must be a number of bytes >= 0 or None, got {self.cache_limit}")
+        if self.redirects not in REDIRECT_POLICIES:
+            raise ValueError(f"redirects must be one of {', '.join(map(repr, REDIRECT_POLICIES))}, got "
+                             f"{self.redirects!r}")
 
 
 def remote_or_default(remote: RemoteOptions | None) -> RemoteOptions:
