@@ -31,6 +31,10 @@ def test_every_error_is_a_beton_error_and_a_builtin():
         )
 
 
+#: Test helpers that must reach inside by design, and why.
+WHITE_BOX = {"epoch_stress.py": "wraps the epoch engine's internal hand-offs with random delays to shake out races"}
+
+
 def test_the_tests_import_only_public_names():
     """Tests use beton as users do: a private name they need is a name the package should make public."""
     import ast
@@ -38,6 +42,8 @@ def test_the_tests_import_only_public_names():
 
     private = []
     for path in sorted(pathlib.Path(__file__).parent.rglob("*.py")):
+        if path.name in WHITE_BOX:
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("beton"):
                 names = [alias.name for alias in node.names]
