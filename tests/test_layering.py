@@ -26,13 +26,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("beton.transforms",),
     ("beton.fields",),
     ("beton.storage",),
+    ("beton.dataset",),
     ("beton.memory",),
-    ("beton.order", "beton.traversal_order"),
+    ("beton.order",),
     ("beton.loader",),
+    # FFCV's contracts, adapted: above the core, which reaches them only through seams in the layers below
+    ("beton.ffcv",),
     ("beton.tools",),
     # faces: the package's top-level names and FFCV's import paths, which gather names from every layer
     ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv",
-     "beton.convert", "beton.show"),
+     "beton.convert", "beton.show", "beton.traversal_order"),
 ]
 
 
