@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from importlib import metadata as importlib_metadata
 from typing import Any, TypeVar
 
+from beton.contracts import ContractTable
 from beton.errors import FieldError
 from beton.fields.base import Field
 
@@ -40,7 +41,6 @@ FieldClass = TypeVar("FieldClass", bound=type[Field])
 # The process's declared trust, like the codecs registry: a deliberate module-level table, changed only by
 # register() and unregister(), under a lock so that threads opening files see whole updates.
 _registered: dict[str, type[Field]] = {}
-_contracts: dict[str, FieldContract] = {}
 _lock = threading.Lock()
 
 
@@ -57,27 +57,23 @@ class FieldContract:
     rebuild: Callable[[type, Mapping[str, Any]], Field]
 
 
+_contracts: ContractTable[FieldContract] = ContractTable()
+
+
 def register_contract(contract: FieldContract) -> None:
     """Adapt fields written to ``contract`` wherever fields enter; registering the same name again replaces it."""
-    with _lock:
-        _contracts[contract.name] = contract
-
-
-def _contract_of(field: Any) -> FieldContract | None:
-    with _lock:
-        contracts = tuple(_contracts.values())
-    return next((contract for contract in contracts if contract.follows(field)), None)
+    _contracts.register(contract)
 
 
 def as_beton_field(field: Field) -> Field:
     """``field`` itself, or the beton field that adapts it when it is written to a registered contract."""
-    contract = _contract_of(field)
+    contract = _contracts.find(field)
     return field if contract is None else contract.adapt(field)
 
 
 def field_from_arguments(cls: type[Field], arguments: Mapping[str, Any]) -> Field:
     """A field of class ``cls`` (vouched for by the program) from the arguments a file stores for it."""
-    contract = _contract_of(cls)
+    contract = _contracts.find(cls)
     return cls.from_arguments(arguments) if contract is None else contract.rebuild(cls, arguments)
 
 
