@@ -29,7 +29,7 @@ import numpy as np
 
 import beton
 from beton.fields import BytesField, IntField
-from beton.storage import dataset_manifest, index, merge
+from beton.dataset import dataset_manifest, index, merge
 
 
 class Blobs:

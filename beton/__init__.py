@@ -27,6 +27,10 @@ from beton._version import __version__
 # ``import beton`` (they are modules, so they are not in __all__).
 from beton import convert, show  # noqa: E402  (after the names they use)
 
+# FFCV's contracts (fields, operations, orders written to them) adapted where they enter: importing the package
+# registers its adapters (see beton.ffcv), so every program that imports beton has them.
+from beton import ffcv  # noqa: E402,F401
+
 __all__ = [
     "DatasetWriter",
     "Loader",

@@ -55,7 +55,7 @@ from beton.loader.epoch import EpochEngine, EpochIterator, _EpochState
 from beton.memory.page_reader import PageReader
 from beton.memory.page_schedule import PageSchedule
 from beton.memory.process_cache import ProcessCacheLayer
-from beton.pipeline.slots import SlotGate
+from beton.memory.slots import SlotGate
 
 NUM_SAMPLES = 48
 PAYLOAD_WIDTH = 40  # int32 values per sample: 160 bytes, so payloads cross the 256-byte pages

@@ -19,20 +19,23 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "beton"
 #: Lowest first. A module belongs to the longest prefix listed.
 LAYERS: list[tuple[str, ...]] = [
     ("beton.errors", "beton._version", "beton._json", "beton._cores", "beton.limits", "beton.dtypes", "beton.pieces",
-     "beton.random", "beton.threading_layer", "beton.private_dirs"),
+     "beton.random", "beton.threading_layer", "beton.private_dirs", "beton.contracts"),
     ("beton.codecs",),
     ("beton.pipeline",),
     ("beton.decoders",),
     ("beton.transforms",),
     ("beton.fields",),
     ("beton.storage",),
+    ("beton.dataset",),
     ("beton.memory",),
-    ("beton.order", "beton.traversal_order"),
+    ("beton.order",),
     ("beton.loader",),
+    # FFCV's contracts, adapted: above the core, which reaches them only through seams in the layers below
+    ("beton.ffcv",),
     ("beton.tools",),
     # faces: the package's top-level names and FFCV's import paths, which gather names from every layer
     ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv",
-     "beton.convert", "beton.show"),
+     "beton.convert", "beton.show", "beton.traversal_order"),
 ]
 
 

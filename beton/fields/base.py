@@ -33,7 +33,7 @@ program vouches for - ``beton.fields.register(AudioField)``, ``custom_fields={"a
 
 A subclass may instead follow FFCV's field contract (``metadata_type``, ``encode(destination, value, malloc)``,
 ``to_binary``/``from_binary``, ``get_decoder_class``): beton stores and reads it through
-:class:`beton.fields.ffcv_contract.FFCVField`.
+:class:`beton.ffcv.fields.FFCVField`.
 """
 
 from __future__ import annotations
@@ -173,6 +173,16 @@ class Field(abc.ABC):
         """The operations a Loader runs for this field when ``pipelines=`` names none: its decoder, usually
         followed by ``ToTensor``. Fields without a default raise PipelineError, so users must give a pipeline."""
         raise PipelineError(f"field type {self.stored_type_name()} has no default decoder; give a pipeline for it")
+
+    # Records that hold their own sample's place in the file (FFCV's payload pointers, see beton.ffcv.fields)
+    # follow their sample when it moves: a sample skipped before it, shards merged before it.
+
+    #: Whether :meth:`move_records` changes anything: the writer and ``beton merge`` skip the others.
+    holds_sample_places: ClassVar[bool] = False
+
+    def move_records(self, records: np.ndarray, offset: int) -> None:
+        """Renumber, in place, what ``records`` (a writable array of this field's records) hold of their own
+        samples' places in the file, for records moved ``offset`` samples on. beton's fields hold no such thing."""
 
     # Files are untrusted input (an attacker can re-sign every checksum): before anything reads a field, the
     # reader shows it every stored record, so that decoders - compiled kernels included - may trust them.

@@ -13,19 +13,26 @@ field only from a class the program vouched for:
 
 Anything else opens as :class:`~beton.fields.base.UnknownField`: its records and raw payload bytes stay
 readable, and decoding it raises a :class:`~beton.errors.FieldError` saying how to register the class.
+
+Fields written to another library's field contract enter here too: a :class:`FieldContract` registered with
+:func:`register_contract` (:mod:`beton.ffcv` registers FFCV's) adapts such a field where it enters, written
+(:func:`as_beton_field`) or rebuilt from a file (:func:`field_from_arguments`); storage sees beton fields only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata as importlib_metadata
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from beton.contracts import ContractTable
 from beton.errors import FieldError
 from beton.fields.base import Field
 
-__all__ = ["register", "unregister", "registered_fields", "FieldClasses", "ENTRY_POINT_GROUP"]
+__all__ = ["register", "unregister", "registered_fields", "FieldClasses", "ENTRY_POINT_GROUP", "FieldContract",
+           "register_contract", "as_beton_field", "field_from_arguments"]
 
 ENTRY_POINT_GROUP = "beton.fields"
 
@@ -35,6 +42,39 @@ FieldClass = TypeVar("FieldClass", bound=type[Field])
 # register() and unregister(), under a lock so that threads opening files see whole updates.
 _registered: dict[str, type[Field]] = {}
 _lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldContract:
+    """Another library's field contract, adapted onto beton's where a field enters (module docstring)."""
+
+    name: str
+    #: Whether a field object or class is written to this contract rather than beton's.
+    follows: Callable[[Any], bool]
+    #: The beton field that stores and reads such a field object.
+    adapt: Callable[[Any], Field]
+    #: The beton field for such a class (vouched for by the program) and the arguments a file stores for it.
+    rebuild: Callable[[type, Mapping[str, Any]], Field]
+
+
+_contracts: ContractTable[FieldContract] = ContractTable()
+
+
+def register_contract(contract: FieldContract) -> None:
+    """Adapt fields written to ``contract`` wherever fields enter; registering the same name again replaces it."""
+    _contracts.register(contract)
+
+
+def as_beton_field(field: Field) -> Field:
+    """``field`` itself, or the beton field that adapts it when it is written to a registered contract."""
+    contract = _contracts.find(field)
+    return field if contract is None else contract.adapt(field)
+
+
+def field_from_arguments(cls: type[Field], arguments: Mapping[str, Any]) -> Field:
+    """A field of class ``cls`` (vouched for by the program) from the arguments a file stores for it."""
+    contract = _contracts.find(cls)
+    return cls.from_arguments(arguments) if contract is None else contract.rebuild(cls, arguments)
 
 
 def register(cls: FieldClass, name: str | None = None) -> FieldClass:

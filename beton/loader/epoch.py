@@ -1,7 +1,7 @@
 """The epoch engine: worker threads computing batches into a ring of slots, one consumer, one slot gate.
 
 An :class:`EpochEngine` belongs to one plan of the Loader's pipelines (a replan builds another): it owns the
-ring of :class:`~beton.pipeline.slots.Slot` (each batch's output buffers, scratch and staging), computes a batch
+ring of :class:`~beton.memory.slots.Slot` (each batch's output buffers, scratch and staging), computes a batch
 in its slot (sources from the memory layer, then the plan's stages), and starts each epoch's
 :class:`EpochIterator`. A batch's number is its place in the epoch (counting batches a resume skipped), the
 same number everywhere: the gate, the slot, the memory layer, ``BatchContext.batch`` and ``state_dict``.
@@ -9,7 +9,7 @@ same number everywhere: the gate, the slot, the memory layer, ``BatchContext.bat
 Concurrency model
 -----------------
 * **Slots and the gate.** Batch ``b`` is computed in slot ``b % num_slots``. One
-  :class:`~beton.pipeline.slots.SlotGate` per epoch says when a batch may take its slot: once the consumer has
+  :class:`~beton.memory.slots.SlotGate` per epoch says when a batch may take its slot: once the consumer has
   asked for batch ``b - num_slots + 2``, so the loop's variables (which still hold the previous batch while
   ``next()`` runs) never point into a slot being refilled. The workers wait on it before computing a batch, and
   a memory layer that reads ahead (the process cache's page reader) before reading one. Batches the loop
@@ -52,7 +52,7 @@ from beton.pipeline.compiler import Plan
 from beton.pipeline.executor import run_batch, warm_up
 from beton.pipeline.operation import BatchContext
 from beton.pipeline.ragged import map_parts
-from beton.pipeline.slots import Slot, SlotGate
+from beton.memory.slots import Slot, SlotGate
 from beton.random import operation_key
 
 __all__ = ["EpochEngine", "EpochIterator", "Delivery", "Progress"]

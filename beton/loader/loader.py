@@ -29,13 +29,13 @@ from beton.loader.resume import Identity, ResumeState, describe_order, indices_d
 from beton.memory import OSCache
 from beton.memory.base import MemoryStrategy, StoredField
 from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
+from beton.order.contracts import build_order, is_order_class
 from beton.order.remainder import Interruption, consumed_and_left, remainder
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
-from beton.storage.dataset import OpenedDataset, content_digest, open_dataset
+from beton.dataset.union import OpenedDataset, content_digest, open_dataset
 from beton.storage.remote import RemoteOptions, is_url
-from beton.storage.shards import Source, names_one_file
+from beton.dataset.shards import Source, names_one_file
 from beton.threading_layer import ensure_thread_safe_layer
-from beton.traversal_order.base import TraversalOrder, TraversalOrderAdapter
 
 __all__ = ["Loader"]
 
@@ -47,9 +47,9 @@ class Loader:
     Args:
         path: the .beton file (a path or URL); or several as one dataset: a list of paths and URLs, a glob
             (``"data/train-*.beton"``, sorted by name), a manifest file (``"train.json"``, from ``beton index``) or a
-            :class:`~beton.storage.Manifest`. Global sample indices run across the files in order (``indices=``,
+            :class:`~beton.dataset.Manifest`. Global sample indices run across the files in order (``indices=``,
             orders, sharding, ``state_dict`` use them), and the files' fields must match (see
-            :mod:`beton.storage.dataset` and docs/loader.md).
+            :mod:`beton.dataset.union` and docs/loader.md).
         batch_size: samples per batch.
         num_workers: worker threads; -1 uses every usable core; 0 computes each batch in the calling thread
             when the loop asks for it (for debugging: breakpoints and profilers see the pipeline).
@@ -186,7 +186,7 @@ class Loader:
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _storage_modes(self.reader),
                                            _sample_lengths(self.reader), self.world_size, drop_last)
         # One slot per batch ahead and one per worker, plus the batch the loop holds and the one it held
-        # while asking for the next (see beton.pipeline.slots).
+        # while asking for the next (see beton.memory.slots).
         self.num_slots = max(batches_ahead + 1, self.num_workers) + 2
         self.memory_strategy = memory
         self.memory = memory.build(self.reader, self.num_slots)
@@ -283,9 +283,7 @@ class Loader:
         cls = _order_class(order)
         if cls is None:
             raise ValueError(f"order must be an OrderOption, an Order or a TraversalOrder class, got {order!r}")
-        if issubclass(cls, TraversalOrder):
-            return TraversalOrderAdapter(cls(self, **order_kwargs))  # FFCV's contract: built with the loader
-        return cls(**order_kwargs)
+        return build_order(cls, self, order_kwargs)  # FFCV's TraversalOrder is built with the loader
 
     def filter(self, field_name: str, condition: Callable[[Any], bool]) -> Loader:
         """A new Loader, configured as this one (same seed), over the selected samples whose stored value of
@@ -366,7 +364,7 @@ class Loader:
         self._close_active("load_state_dict() moved the Loader elsewhere")
         if parsed.seed != self.seed:
             self.seed = parsed.seed
-            if isinstance(self.order, TraversalOrderAdapter):  # FFCV's orders read the seed when built
+            if self.order.reads_loader:  # FFCV's orders read the seed when built
                 self.order = self._resolve_order(self._arguments["order"], self._arguments["order_kwargs"])
         if (parsed.plan.world_size, parsed.plan.batch_size, parsed.plan.drop_last) == (
                 self.world_size, self.batch_size, self.drop_last):
@@ -538,7 +536,7 @@ def _shuffles(order: Any) -> bool:
 def _order_class(order: Any) -> type | None:
     """The class an order option or class stands for (every OrderOption through the ORDERS mapping); None for
     an Order instance or anything else."""
-    if isinstance(order, type) and issubclass(order, (Order, TraversalOrder)):
+    if is_order_class(order):
         return order
     try:
         return ORDERS[OrderOption(order)]

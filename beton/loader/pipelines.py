@@ -16,7 +16,7 @@ import torch
 
 from beton.errors import PipelineError
 from beton.fields.base import Field, UnknownField
-from beton.pipeline.ffcv_contract import FFCVOperation, follows_ffcv_contract, has_shared_state
+from beton.pipeline.contracts import as_operation
 from beton.pipeline.operation import Operation
 from beton.transforms.torch_ops import ModuleWrapper
 
@@ -93,22 +93,25 @@ def resolve_pipelines(
 
 def _check_shared_state_placed_once(resolved: list[tuple[str, str, Field, list[Operation]]]) -> None:
     """FFCV gives an operation with shared state placed in several pipelines one memory for all of them; beton
-    runs each placement on its own, so that is refused rather than run differently."""
+    runs each placement on its own, so that is refused rather than run differently
+    (:meth:`Operation.placement_key`)."""
     places: dict[int, list[str]] = {}
     for name, _, _, operations in resolved:
         for position, operation in enumerate(operations):
-            if isinstance(operation, FFCVOperation) and has_shared_state(operation.operation):
-                places.setdefault(id(operation.operation), []).append(f"{name}[{position}]")
+            key = operation.placement_key()
+            if key is not None:
+                places.setdefault(id(key), []).append(f"{name}[{position}]")
     for found in places.values():
         if len(found) > 1:
-            raise PipelineError(f"an operation with FFCV's shared state (generate_code_for_shared_state) is placed "
+            raise PipelineError(f"an operation with shared state (FFCV's generate_code_for_shared_state) is placed "
                                 f"in {len(found)} places ({', '.join(found)}); beton runs shared state for an "
                                 "operation placed once: give each pipeline its own instance")
 
 
 def _wrap(name: str, operation: Any) -> Operation:
-    if follows_ffcv_contract(operation):
-        return FFCVOperation(operation)
+    adapted = as_operation(operation)  # written to another library's contract (FFCV's)
+    if adapted is not None:
+        return adapted
     if isinstance(operation, Operation):
         return operation
     if isinstance(operation, torch.nn.Module) or callable(operation):

@@ -34,9 +34,9 @@ from beton.errors import PipelineError
 from beton.fields.base import Field
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
-from beton.pipeline.slots import Slot, SlotGate
+from beton.memory.slots import Slot, SlotGate
 from beton.storage.page_source import PageSource
-from beton.storage.dataset import OpenedDataset
+from beton.dataset.union import OpenedDataset
 
 __all__ = ["MemoryStrategy", "MemoryLayer", "EpochReads", "StoredField", "MemoryCounters", "metadata_column",
            "allocation_columns"]

@@ -25,9 +25,9 @@ import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
 from beton.pipeline.operation import Source
-from beton.pipeline.slots import Slot
+from beton.memory.slots import Slot
 from beton.storage.page_source import LocalFile
-from beton.storage.dataset import OpenedDataset, ShardedDataset
+from beton.dataset.union import OpenedDataset, ShardedDataset
 
 __all__ = ["OSCache", "OSCacheLayer"]
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from beton.memory.base import MemoryCounters
 from beton.memory.page_schedule import Heap, PageSchedule
-from beton.pipeline.slots import SlotGate
+from beton.memory.slots import SlotGate
 from beton.storage.page_source import PageSource
 
 __all__ = ["PageReader", "READ_LEAD", "pinned_batches"]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from beton.storage.dataset import OpenedDataset
+from beton.dataset.union import OpenedDataset
 
 __all__ = ["Heap", "PageSchedule", "minimum_budget"]
 

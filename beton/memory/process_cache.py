@@ -44,8 +44,8 @@ from beton.memory.page_schedule import Heap, PageSchedule, minimum_budget
 from beton.memory.staging import stage_payloads, stage_pieces
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
-from beton.pipeline.slots import Slot
-from beton.storage.dataset import OpenedDataset, open_page_source
+from beton.memory.slots import Slot
+from beton.dataset.union import OpenedDataset, open_page_source
 from beton.storage.page_source import PageSource
 
 __all__ = ["ProcessCache", "ProcessCacheLayer"]
@@ -78,7 +78,7 @@ class ProcessCache(MemoryStrategy):
 class ProcessCacheLayer(MemoryLayer):
     """The running process cache over one opened file (see the module docstring for its three parts).
 
-    ``reader``: one file (a Reader) or several as one (a :class:`~beton.storage.dataset.ShardedDataset`).
+    ``reader``: one file (a Reader) or several as one (a :class:`~beton.dataset.union.ShardedDataset`).
     ``file``: where pages are read from (default: the dataset's files opened again, local or remote); any
     :class:`~beton.storage.page_source.PageSource` does. ``budget_pages`` is the current epoch's budget.
     """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -39,6 +40,10 @@ class Order(abc.ABC):
 
     :meth:`permutation` must return every one of ``indices`` exactly once, and depend only on its arguments.
     """
+
+    #: True for an order built from the Loader (FFCV's ``TraversalOrder`` reads its seed when built): the Loader
+    #: builds it again when its seed changes.
+    reads_loader: ClassVar[bool] = False
 
     @abc.abstractmethod
     def permutation(self, indices: np.ndarray, seed: int, epoch: int, context: OrderContext) -> np.ndarray:

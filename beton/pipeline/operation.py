@@ -60,15 +60,31 @@ class State:
     """What flows between operations: per-sample shape and dtype, as numpy arrays or torch tensors.
 
     ``kind`` "python" is a list of Python objects per batch (bytes, JSON values); shape and dtype are unused.
+
+    It is also FFCV's ``State`` (``ffcv.pipeline.state``, the face :mod:`beton.pipeline.state`): ``jit_mode`` is
+    FFCV's spelling of ``kind`` (True: numpy batches, compilable; False: torch tensors). Either may be given or
+    changed (``dataclasses.replace(state, jit_mode=False)`` as FFCV operations do, ``kind="torch"`` as beton's);
+    the other follows.
     """
 
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # None only in the State an FFCV-style decoder starts from
     dtype: Any  # np.dtype for numpy data, torch.dtype for torch data
     kind: Literal["numpy", "torch", "python"] = "numpy"
-    device: str = "cpu"
+    device: Any = "cpu"  # a str; a torch.device where an FFCV-style operation gives one
     #: "dense": one array ``(batch, *shape)``; "padded": a Padded batch, ``shape[0]`` a capacity; "packed": a
     #: Packed batch (rows of ``shape[1:]`` end to end). See :mod:`beton.pipeline.ragged`.
     layout: Literal["dense", "padded", "packed"] = "dense"
+    jit_mode: bool | None = dataclasses.field(default=None, repr=False)
+    #: (kind, jit_mode) as this State was built, so that a copy tells which of the two its caller changed.
+    _built: tuple[str, bool] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kind, jit = self.kind, self.jit_mode
+        if jit is not None and jit != (kind == "numpy") and (self._built is None or self._built[0] == kind):
+            kind = "numpy" if jit else ("torch" if kind == "numpy" else kind)  # jit_mode was given or changed
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "jit_mode", kind == "numpy")
+        object.__setattr__(self, "_built", (kind, kind == "numpy"))
 
     def require(self, condition: bool, operation: Operation, expectation: str) -> None:
         if not condition:
@@ -185,7 +201,7 @@ class Operation(abc.ABC):
     """Base of all operations; see the module docstring for the three kinds.
 
     A direct subclass may instead follow FFCV's contract (``declare_state_and_memory`` and ``generate_code``):
-    pipelines run it through :class:`beton.pipeline.ffcv_contract.FFCVOperation`.
+    pipelines run it adapted (:mod:`beton.pipeline.contracts`; :class:`beton.ffcv.operations.FFCVOperation`).
     """
 
     def output_state(self, previous: State | SourceState) -> State:
@@ -242,12 +258,18 @@ class Operation(abc.ABC):
 
         Itself, for beton's operations: they learn what they need from the States they are given. Operations
         written to FFCV's contract are told their pipeline's field and metadata (FFCV's ``accept_field`` and
-        ``accept_globals``), on a copy: see :mod:`beton.pipeline.ffcv_contract`.
+        ``accept_globals``), on a copy: see :mod:`beton.ffcv.operations`.
         """
         return self
 
     def stage_kind(self, previous: State | SourceState) -> str | None:
         """Override to run as another kind for some inputs ("jit", "sample" or "batch"); None: by class."""
+        return None
+
+    def placement_key(self) -> Any:
+        """An object whose operation may sit in one place of the pipelines only, or None (the default: any
+        number). An FFCV operation with shared state gives the user's object: FFCV shares one memory between its
+        placements, which beton refuses rather than run differently."""
         return None
 
     def __repr__(self) -> str:

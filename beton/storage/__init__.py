@@ -6,21 +6,12 @@ format or FFCV's, :mod:`~beton.storage.ffcv_format`), :mod:`~beton.storage.verif
 :mod:`~beton.storage.page_source` gives the memory layers a file's pages, local or remote
 (:mod:`~beton.storage.remote`: URLs through fsspec, checked pages, a page cache on disk).
 
-A dataset in several files (docs/shards.md): :mod:`~beton.storage.manifest` (the shards in order, their global
-sample ranges, the manifest file), :mod:`~beton.storage.shards` (files, globs, lists and manifest files to one
-manifest; ``beton index``), :mod:`~beton.storage.merge` (``beton merge``), :mod:`~beton.storage.dataset` (what a
-Loader reads: one file, or several as one :class:`~beton.storage.dataset.ShardedDataset`).
+One file only: a dataset in several files is :mod:`beton.dataset`, the layer above.
 """
 
-from beton.storage.dataset import ShardedDataset, open_dataset
-from beton.storage.manifest import Manifest, read_manifest
-from beton.storage.merge import MergeReport, merge
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
-from beton.storage.shards import dataset_manifest, index
 from beton.storage.verify import VerifyReport, verify
 from beton.storage.writer import DatasetWriter, shard_range
 
-__all__ = ["DatasetWriter", "Reader", "RemoteOptions", "verify", "VerifyReport", "shard_range", "Manifest",
-           "read_manifest",
-           "dataset_manifest", "index", "merge", "MergeReport", "ShardedDataset", "open_dataset"]
+__all__ = ["DatasetWriter", "Reader", "RemoteOptions", "verify", "VerifyReport", "shard_range"]

@@ -35,8 +35,7 @@ from beton.errors import CorruptDataError, FieldError, FormatError, error_contex
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
-from beton.fields.ffcv_contract import field_from_arguments
-from beton.fields.registry import FieldClasses, unregistered_reason
+from beton.fields.registry import FieldClasses, field_from_arguments, unregistered_reason
 from beton.storage.remote import RemoteFile, RemoteOptions, is_url, remote_or_default
 
 __all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
@@ -89,7 +88,7 @@ class Reader:
     """
 
     #: Where each heap page ends, for heaps whose pages are not all ``page_size`` long before the last one (a
-    #: :class:`~beton.storage.dataset.ShardedDataset`); None for one file, whose pages all are.
+    #: :class:`~beton.dataset.union.ShardedDataset`); None for one file, whose pages all are.
     page_ends: np.ndarray | None = None
 
     def __init__(

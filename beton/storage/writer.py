@@ -54,7 +54,7 @@ from beton.storage.metadata import encode_metadata
 from beton.storage.worker_lifetime import ParentLink, die_with_parent, parent_link
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
-from beton.fields.ffcv_contract import FFCVField, as_beton_field, move_pointers
+from beton.fields.registry import as_beton_field
 from beton.random import writer_shuffle
 
 __all__ = ["DatasetWriter", "WriteReport", "SampleProblem", "SampleWarning", "sample_problem", "warn_sample",
@@ -116,10 +116,10 @@ class DatasetWriter:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self._metadata = encode_metadata(metadata)  # serialised now: later changes to the caller's dict do not count
-        fields = {name: as_beton_field(field) for name, field in fields.items()}  # FFCV-style fields, adapted
-        # Their records hold a handle numbered by the sample's place in the file when it was encoded; a sample
-        # skipped before it moves it, and _write renumbers the handle (see _renumber_pointers).
-        self._ffcv_style = tuple(name for name, field in fields.items() if isinstance(field, FFCVField))
+        fields = {name: as_beton_field(field) for name, field in fields.items()}  # other contracts' fields, adapted
+        # Some records hold a handle numbered by the sample's place in the file when it was encoded (FFCV's
+        # pointers); a sample skipped before it moves it, and _write renumbers the handle (see _move_records).
+        self._moving = {name: field for name, field in fields.items() if field.holds_sample_places}
         if not fmt.is_valid_page_size(page_size):
             raise FieldError(
                 f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
@@ -215,7 +215,7 @@ class DatasetWriter:
             bar = tqdm(total=total, unit=" samples", disable=not self.progress, desc=os.path.basename(self.path))
             try:
                 for chunk in encoded:
-                    _renumber_pointers(chunk, builder.num_samples, self._ffcv_style)
+                    _move_records(chunk, builder.num_samples, self._moving)
                     builder.add(chunk)
                     skipped += chunk.skipped
                     warned += chunk.warned
@@ -263,18 +263,18 @@ class DatasetWriter:
                 pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _renumber_pointers(chunk: EncodedChunk, written: int, names: Sequence[str]) -> None:
-    """Give the records of FFCV-style fields (``names``) the pointers of the places their samples take in the
+def _move_records(chunk: EncodedChunk, written: int, fields: Mapping[str, Field]) -> None:
+    """Give the records of ``fields`` (which hold their samples' places) the places their samples take in the
     file: ``written`` samples precede the chunk, so row r takes place ``written + r``; it was encoded at
     ``chunk.encoded_positions()[r]``, later when samples before it were skipped. Without skips, nothing changes."""
-    if not names:
+    if not fields:
         return
     offsets = written + np.arange(len(chunk.rows), dtype=np.int64) - chunk.encoded_positions()
     for offset in np.unique(offsets[offsets != 0]):
         rows = np.flatnonzero(offsets == offset)
-        for name in names:
+        for name, field in fields.items():
             records = chunk.rows[name][rows]  # a copy (rows picked by index), renumbered, then put back
-            move_pointers(records, int(offset))
+            field.move_records(records, int(offset))
             chunk.rows[name][rows] = records
 
 

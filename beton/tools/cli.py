@@ -128,7 +128,7 @@ def _verify(arguments: argparse.Namespace) -> int:
 
 
 def _index(arguments: argparse.Namespace) -> int:
-    from beton.storage.shards import index
+    from beton.dataset.shards import index
 
     manifest = index(arguments.output, arguments.shards, verify=arguments.verify, remote=arguments.remote)
     checked = "every page checked" if arguments.verify else "headers and tables checked"
@@ -137,7 +137,7 @@ def _index(arguments: argparse.Namespace) -> int:
 
 
 def _merge(arguments: argparse.Namespace) -> int:
-    from beton.storage.merge import merge
+    from beton.dataset.merge import merge
 
     metadata: object = "shards" if arguments.metadata is None else arguments.metadata  # {} sets none, as None
     if arguments.no_metadata:

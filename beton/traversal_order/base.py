@@ -1,50 +1,5 @@
-"""FFCV's custom-order contract (``ffcv.traversal_order.base.TraversalOrder``), run as a beton order.
+"""FFCV's import path ``ffcv.traversal_order.base``: its custom-order base (:mod:`beton.ffcv.traversal_order`)."""
 
-FFCV's contract: ``Loader(order=MyOrder)`` with ``class MyOrder(TraversalOrder)`` whose ``__init__(loader)``
-may read ``loader.indices``, ``loader.seed``, ``loader.distributed`` and ``loader.drop_last``, and whose
-``sample_order(epoch)`` returns the epoch's order of dataset indices. In beton that order is the *global* one:
-the Loader shards it by rank afterwards (every rank must return the same order, as with any beton order), and
-checks that it holds only selected indices.
-"""
+from beton.ffcv.traversal_order import TraversalOrder
 
-from __future__ import annotations
-
-import abc
-from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
-
-from beton.errors import PipelineError
-from beton.order.base import Order, OrderContext
-
-__all__ = ["TraversalOrder", "TraversalOrderAdapter"]
-
-
-class TraversalOrder(abc.ABC):
-    """FFCV's base class of custom orders; see the module docstring."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self.indices = loader.indices
-        self.seed = loader.seed
-        self.distributed = loader.world_size > 1
-        self.drop_last = loader.drop_last
-
-    @abc.abstractmethod
-    def sample_order(self, epoch: int) -> Sequence[int]:
-        """The dataset indices of the epoch, in order."""
-
-
-class TraversalOrderAdapter(Order):
-    """A :class:`TraversalOrder` instance as a beton :class:`~beton.order.Order`."""
-
-    def __init__(self, traversal: TraversalOrder) -> None:
-        self.traversal = traversal
-
-    def permutation(self, indices: np.ndarray, seed: int, epoch: int, context: OrderContext) -> np.ndarray:
-        order = np.asarray(self.traversal.sample_order(epoch), dtype=np.int64).reshape(-1)
-        if not np.isin(order, indices).all():
-            raise PipelineError(f"{type(self.traversal).__name__}.sample_order({epoch}) returned indices outside the "
-                                "Loader's selected samples")
-        return order
+__all__ = ["TraversalOrder"]

@@ -15,7 +15,7 @@ from beton.fields import IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache, ProcessCacheLayer
 from beton.memory.base import EpochReads, StoredField
 from beton.memory.page_reader import READ_LEAD
-from beton.pipeline.slots import Slot, SlotGate
+from beton.memory.slots import Slot, SlotGate
 
 from conftest import checked_labels, small_image, write
 

@@ -18,7 +18,7 @@ from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
 import beton  # noqa: E402
 from beton import Loader, Reader, RemoteOptions  # noqa: E402
 from beton.memory import ProcessCache  # noqa: E402
-from beton.storage import dataset_manifest, index, merge, read_manifest  # noqa: E402
+from beton.dataset import dataset_manifest, index, merge, read_manifest  # noqa: E402
 from beton.storage.reader import read_head  # noqa: E402
 from beton.tools.cli import main as cli  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402

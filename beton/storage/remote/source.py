@@ -52,7 +52,7 @@ class RemotePageSource:
 
     def fetch_ahead(self, pages: np.ndarray) -> None:
         """Fetch ``pages`` ahead, in this order: for a caller that worked out the reads itself (several files read
-        as one, whose cache budget they share: :class:`~beton.storage.dataset.ShardedPages`)."""
+        as one, whose cache budget they share: :class:`~beton.dataset.union.ShardedPages`)."""
         self._pages.will_read(pages)
 
     def check(self) -> None:

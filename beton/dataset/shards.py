@@ -1,10 +1,10 @@
 """A dataset in several files: whatever names it (files, URLs, globs, manifest files, a list of these) becomes one
-:class:`~beton.storage.manifest.Manifest`, and ``beton index`` writes one as a manifest file.
+:class:`~beton.dataset.manifest.Manifest`, and ``beton index`` writes one as a manifest file.
 
 :func:`dataset_manifest` is the single road from what a user names to the shards in order; ``Loader([...])``,
 ``Loader("data/*.beton")``, ``Loader("train.manifest.json")`` and ``beton merge`` all take it:
 
-* a path or URL ending in ``.json`` (any case) is a manifest file (:func:`~beton.storage.manifest.read_manifest`);
+* a path or URL ending in ``.json`` (any case) is a manifest file (:func:`~beton.dataset.manifest.read_manifest`);
 * a local path with ``*``, ``?`` or ``[`` that names no existing file is a glob, and so is a URL with ``*``, ``?``
   or ``[`` (except HTTP(S), which cannot list; there ``?`` starts a query): the matches, sorted by name, so shards
   are named with zero-padded numbers (``train-00007-of-00064.beton``); an HTTP(S) URL with ``*`` or ``[`` in its
@@ -30,7 +30,7 @@ from typing import Union
 
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
-from beton.storage.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
+from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
 from beton.storage.reader import read_head
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import import_fsspec
@@ -63,7 +63,7 @@ def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None) -> 
     """The shards, in order, of the dataset ``source`` names (module docstring). A manifest file read alone keeps
     its ``source``; anything else is a manifest built in memory (``source`` None). URLs are read as ``remote``
     (a :class:`~beton.storage.remote.RemoteOptions`) says, and the manifest keeps it for opening its shards
-    (:meth:`~beton.storage.manifest.Manifest.open_shard`); a Manifest given keeps its own unless ``remote`` is
+    (:meth:`~beton.dataset.manifest.Manifest.open_shard`); a Manifest given keeps its own unless ``remote`` is
     given."""
     remote_or_default(remote)  # a slip is named here, before anything is read
     if isinstance(source, Manifest):
@@ -174,7 +174,7 @@ def index(output: str | os.PathLike[str], source: Source, *, verify: bool = Fals
     Every shard is opened and validated as a Reader validates a file (header, every table, every record against its
     field); with ``verify`` every page's CRC32 is checked too (``beton verify`` of each shard). Shards are listed
     relative to the manifest where they lie in its directory or below, else by URL; a local shard elsewhere is a
-    ValueError (see :mod:`beton.storage.manifest` for why). ``remote``: how shards, manifests and ``output`` at
+    ValueError (see :mod:`beton.dataset.manifest` for why). ``remote``: how shards, manifests and ``output`` at
     URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest returned.
     """
     output = os.fspath(output)

@@ -10,18 +10,19 @@ FFCV's contract (with beton, subclass :class:`beton.fields.Field` as FFCV fields
   bytes, and the field rebuilt from them;
 * ``get_decoder_class()``: its decoder, an operation written to FFCV's contract whose ``generate_code()``
   returns ``decoder(batch_indices, destination, metadata, storage_state)`` and which reads a payload with
-  ``self.memory_read(pointer, storage_state)`` (see :mod:`beton.pipeline.ffcv_contract`).
+  ``self.memory_read(pointer, storage_state)`` (see :mod:`beton.ffcv.operations`).
 
-:class:`FFCVField` adapts such a field onto beton's contract; :class:`~beton.storage.writer.DatasetWriter`
-wraps one given to it (:func:`as_beton_field`), and a Reader rebuilds one from a file
-(:func:`field_from_arguments`) when the program vouches for the class, as for every user field
+:class:`FFCVField` adapts such a field onto beton's contract; the field registry (:data:`CONTRACT`, registered
+by :mod:`beton.ffcv`) wraps one a :class:`~beton.storage.writer.DatasetWriter` is given
+(:func:`beton.fields.registry.as_beton_field`), and rebuilds one a Reader opens
+(:func:`beton.fields.registry.field_from_arguments`) when the program vouches for the class, as for every user field
 (``custom_fields=`` or ``beton.fields.register``). How it is stored:
 
 * the metadata record, as ``metadata_type`` (plain little-endian numbers), in the data table;
 * the buffer ``malloc`` gave as the sample's payload (empty when the field calls no ``malloc``); one ``malloc``
   per sample, a second is an :class:`~beton.errors.EncodeError`;
 * the pointer ``malloc`` returns is a handle of the sample, not a file offset (see
-  :mod:`beton.pipeline.ffcv_memory` for why); a record that called ``malloc`` must keep it in a 64-bit integer
+  :mod:`beton.ffcv.memory` for why); a record that called ``malloc`` must keep it in a 64-bit integer
   member, and no 64-bit integer member may hold a value in the pointer range other than the record's own
   sample's pointer (its own metadata being far below 2**62). The writer checks both for each sample, the reader
   for the whole file on open, so a decoder can only ever be given its own sample's pointer;
@@ -46,27 +47,16 @@ import numpy as np
 from beton import dtypes
 from beton.errors import BetonError, EncodeError, FieldError, PipelineError, first_bad_record
 from beton.fields.base import ARG_TYPE, EncodeContext, Encoded, Field, follows_ffcv_field_contract
+from beton.fields.registry import FieldContract
 from beton.limits import ReadLimits
-from beton.pipeline.ffcv_contract import FFCVOperation, follows_ffcv_contract
-from beton.pipeline.ffcv_memory import POINTER_BASE, POINTER_SPAN, pointer_of
+from beton.ffcv.operations import FFCVOperation, follows_ffcv_contract
+from beton.ffcv.memory import POINTER_BASE, POINTER_SPAN, pointer_of
 from beton.pipeline.operation import Operation
 
-__all__ = ["FFCVField", "as_beton_field", "field_from_arguments", "move_pointers"]
+__all__ = ["FFCVField", "CONTRACT", "move_pointers"]
 
 #: The longest base64 text 1024 bytes encode to.
 _MAX_ARGUMENT_TEXT = 4 * -(-ARG_TYPE.itemsize // 3)
-
-
-def as_beton_field(field: Field) -> Field:
-    """``field`` itself, or an :class:`FFCVField` around it when it is written to FFCV's field contract."""
-    return FFCVField(field) if follows_ffcv_field_contract(field) else field
-
-
-def field_from_arguments(cls: type[Field], arguments: Mapping[str, Any]) -> Field:
-    """A field of class ``cls`` (vouched for by the program) from the arguments a file stores for it."""
-    if follows_ffcv_field_contract(cls):
-        return FFCVField.from_binary_of(cls, arguments)
-    return cls.from_arguments(arguments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +65,7 @@ class FFCVField(Field):
 
     field: Field
     has_payload = True
+    holds_sample_places = True
 
     def __post_init__(self) -> None:
         name = type(self.field).__name__
@@ -162,6 +153,9 @@ class FFCVField(Field):
         if not isinstance(field, field_class):
             raise FieldError(f"{name}.from_binary returned {type(field).__name__}, not a {name}")
         return cls(field)
+
+    def move_records(self, records: np.ndarray, offset: int) -> None:
+        move_pointers(records, offset)
 
     def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
         pointers = _pointers(records, np.arange(len(records), dtype=np.int64))
@@ -261,3 +255,7 @@ def _integer_members(array: np.ndarray, path: tuple[str, ...] = ()) -> Iterator[
         elements = int(np.prod(array.shape[1:], dtype=np.int64))
         description = f"metadata member {'.'.join(path)!r}" if path else "the metadata record"
         yield description, array.reshape(len(array), elements).astype(np.int64)
+
+
+#: FFCV's field contract, as the field registry adapts it (registered by :mod:`beton.ffcv`).
+CONTRACT = FieldContract("ffcv", follows_ffcv_field_contract, FFCVField, FFCVField.from_binary_of)

@@ -13,8 +13,8 @@ What the copy has to redo, because a shard's bytes describe their place in the s
   scans... Each sample's scans are gathered back into one payload and grouped again by the builder, so records
   fill the merged file's pages as they would in one write (a shard's last, partly filled record does not stay
   partly filled);
-* **fields written to FFCV's contract** keep a handle of their own sample in their record
-  (:mod:`beton.fields.ffcv_contract`): it is renumbered to the sample's place in the merged file.
+* **fields whose records hold their own sample's place** (:attr:`~beton.fields.Field.holds_sample_places`: those
+  written to FFCV's contract, :mod:`beton.ffcv.fields`): it is renumbered to the sample's place in the merged file.
 
 Checks, so that a merge can never launder damaged data into a file with fresh checksums: every shard is opened as
 a Reader opens a file (and against its manifest entry, when a manifest names it), its payloads are checked against
@@ -45,14 +45,13 @@ import numpy as np
 
 from beton.errors import BetonError, CorruptDataError, FieldError, ShardError, error_context, locate
 from beton.fields.base import Field, UnknownField
-from beton.fields.ffcv_contract import FFCVField, move_pointers
 from beton.storage import format as fmt
 from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.storage.file_builder import FileBuilder, sigterm_cleans_up, write_error
 from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions, is_url
-from beton.storage.shards import Source, dataset_manifest
+from beton.dataset.shards import Source, dataset_manifest
 from beton.storage.verify import page_error
 
 __all__ = ["merge", "MergeReport", "CHUNK_BYTES"]
@@ -77,7 +76,7 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
           metadata: Mapping[str, Any] | None | Literal["shards"] = "shards",
           custom_fields: Mapping[str, type[Field]] | None = None, remote: RemoteOptions | None = None) -> MergeReport:
     """Combine the shards ``source`` names (files, URLs, globs, manifest files or a list of them: see
-    :func:`~beton.storage.shards.dataset_manifest`) into the local file ``output`` (module docstring).
+    :func:`~beton.dataset.shards.dataset_manifest`) into the local file ``output`` (module docstring).
 
     ``page_size``: the merged file's (default: the first shard's). ``metadata``: "shards" (default) takes the
     shards' file-level metadata, which must be the same in all; a mapping (or None: none) sets it instead.
@@ -190,9 +189,9 @@ def _shard_chunks(reader: Reader, first_position: int) -> Iterator[EncodedChunk]
             for row, data in enumerate(_payloads(reader, field, name, rows, chunk[:, column], start)):
                 payloads[row].append(data)
         for name in names:
-            if isinstance(reader.fields[name], FFCVField):
+            if reader.fields[name].holds_sample_places:
                 with error_context(field=name):
-                    move_pointers(rows[name], first_position)
+                    reader.fields[name].move_records(rows[name], first_position)
         yield EncodedChunk(first_position + start, rows, payloads)
         start = stop
 

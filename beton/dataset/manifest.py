@@ -4,7 +4,7 @@ A :class:`Manifest` holds each shard's location (path or URL), sample count, the
 range of global sample indices it holds, plus the fields every shard has. Global sample ``g`` is sample
 ``g - shard.start`` of the shard whose ``[start, end)`` holds it (:meth:`Manifest.locate`, vectorised). A manifest
 comes from a manifest file (:func:`read_manifest`) or is built in memory from files, URLs and globs
-(:func:`beton.storage.shards.dataset_manifest`): every way of naming a dataset of several files ends in this one
+(:func:`beton.dataset.shards.dataset_manifest`): every way of naming a dataset of several files ends in this one
 structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens one shard when asked and checks it
 against what the manifest says, so a Loader can open shards lazily.
 
@@ -171,7 +171,7 @@ class Manifest:
     from, or None for one built in memory. ``remote``: the :class:`~beton.storage.remote.RemoteOptions` it was
     read with, with which :meth:`open_shard` and :meth:`write` reach URLs (not part of what the manifest says, so
     not compared). Build one with :meth:`of`, :func:`read_manifest` or
-    :func:`beton.storage.shards.dataset_manifest`."""
+    :func:`beton.dataset.shards.dataset_manifest`."""
 
     shards: tuple[Shard, ...]
     fields: tuple[FieldSpec, ...]

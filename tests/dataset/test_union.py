@@ -30,8 +30,8 @@ from beton.fields import FloatField, IntField, NDArrayField, RaggedArrayField, R
 from beton.memory import OSCache
 from beton.memory.os_cache import OSCacheLayer
 from beton.memory.process_cache import ProcessCacheLayer
-from beton.storage import Manifest, dataset_manifest, index
-from beton.storage.dataset import ShardedDataset, open_dataset
+from beton.dataset import Manifest, dataset_manifest, index
+from beton.dataset.union import ShardedDataset, open_dataset
 from beton.transforms import ImageMixup, LabelMixup, ToTensor
 from beton.transforms.flip import RandomHorizontalFlip
 

@@ -23,7 +23,7 @@ define them, the attributes ``field``, ``metadata`` and ``memory_read`` are set,
 are given to a copy, so the user's operation object is not changed.
 
 A **decoder** (the first operation of a pipeline, reading a field written to FFCV's field contract, see
-:mod:`beton.fields.ffcv_contract`) returns ``decoder(batch_indices, destination, metadata, storage_state)``
+:mod:`beton.ffcv.fields`) returns ``decoder(batch_indices, destination, metadata, storage_state)``
 instead: ``metadata`` is the field's metadata column (indexed by sample), and the payload a record points to is
 ``self.memory_read(pointer, storage_state)``. Its input State is FFCV's starting one: jit mode, CPU, ``uint8``,
 shape None.
@@ -32,7 +32,7 @@ How beton runs such an operation (:class:`FFCVOperation`):
 
 * **compiled and fused** (the usual case: jit mode, compilation enabled, output memory that is the declared
   State on the CPU): the function is compiled with numba (``nogil``) and wrapped as a *rows* kernel
-  (:mod:`beton.pipeline.ffcv_kernels`), a compiled step like beton's own: consecutive compiled steps of all
+  (:mod:`beton.ffcv.kernels`), a compiled step like beton's own: consecutive compiled steps of all
   pipelines (beton's ``JitOperation`` s, FFCV-style decoders and transforms) become one compiled stage, one
   call per batch, writing into the batch slot's buffers (batches the loop keeps stay valid as for every slot
   buffer: the slot gets fresh memory). A decoder's destination rows are zeroed first, so the padding of
@@ -59,8 +59,9 @@ import torch
 from beton.errors import PipelineError
 from beton.pipeline.allocation_query import AllocationQuery
 from beton.pipeline.compiler import Compiler
-from beton.pipeline.ffcv_kernels import rows_kernel
-from beton.pipeline.ffcv_memory import read_payload, storage_state
+from beton.pipeline.contracts import OperationContract
+from beton.ffcv.kernels import rows_kernel
+from beton.ffcv.memory import read_payload, storage_state
 from beton.pipeline.operation import (
     BatchContext,
     BatchOperation,
@@ -70,14 +71,13 @@ from beton.pipeline.operation import (
     State,
     torch_dtype,
 )
-from beton.pipeline.state import State as FFCVState
 
-__all__ = ["FFCVOperation", "follows_ffcv_contract", "has_shared_state"]
+__all__ = ["FFCVOperation", "CONTRACT", "follows_ffcv_contract", "has_shared_state"]
 
 #: The class that adapts a field written to FFCV's field contract (named, not imported: fields sit above).
-_FFCV_FIELD_CLASS = "beton.fields.ffcv_contract.FFCVField"
+_FFCV_FIELD_CLASS = "beton.ffcv.fields.FFCVField"
 #: What a decoder's declare_state_and_memory receives: the state FFCV's pipelines start from.
-_DECODER_INPUT = FFCVState(jit_mode=True, device=torch.device("cpu"), shape=None, dtype=np.dtype("u1"))
+_DECODER_INPUT = State(jit_mode=True, device=torch.device("cpu"), shape=None, dtype=np.dtype("u1"))
 
 
 def follows_ffcv_contract(operation: Any) -> bool:
@@ -119,6 +119,9 @@ class FFCVOperation(JitOperation, BatchOperation):
     def for_source(self, source: SourceState) -> FFCVOperation:
         return dataclasses.replace(self, source=source)
 
+    def placement_key(self) -> Any:
+        return self.operation if has_shared_state(self.operation) else None
+
     def output_state(self, previous: State | SourceState) -> State:
         decodes = isinstance(previous, SourceState)
         if decodes:
@@ -128,7 +131,7 @@ class FFCVOperation(JitOperation, BatchOperation):
                              "numpy or torch batches")
             operation, given = self._given_globals(self.source, decodes=False), _to_ffcv(previous)
         declared = operation.declare_state_and_memory(given)
-        if not (isinstance(declared, tuple) and len(declared) == 2 and isinstance(declared[0], FFCVState)
+        if not (isinstance(declared, tuple) and len(declared) == 2 and isinstance(declared[0], State)
                 and (declared[1] is None or isinstance(declared[1], AllocationQuery))):
             raise PipelineError(f"{self!r}: declare_state_and_memory must return (State, AllocationQuery or None), "
                                 f"got {declared!r}")
@@ -203,7 +206,7 @@ class FFCVOperation(JitOperation, BatchOperation):
                                 "decoder(batch_indices, destination, metadata, storage_state)")
         return function
 
-    def _shared(self, operation: Any, given: FFCVState) -> tuple[Any, Callable | None]:
+    def _shared(self, operation: Any, given: State) -> tuple[Any, Callable | None]:
         """(shared memory queries, state function) from FFCV's shared-state methods, where the class has them."""
         if not has_shared_state(operation):
             return None, None
@@ -312,14 +315,20 @@ def _allocate(query: AllocationQuery | None, count: int, zeroed: bool = False) -
     return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch_dtype(query.dtype), device=query.device)
 
 
-def _to_ffcv(state: State) -> FFCVState:
+def _to_ffcv(state: State) -> State:
+    """The State as an FFCV operation reads it: a torch.device, a numpy dtype in jit mode."""
     jit = state.kind == "numpy"
     dtype = np.dtype(state.dtype) if jit else state.dtype
-    return FFCVState(jit_mode=jit, device=torch.device(state.device), shape=tuple(state.shape), dtype=dtype)
+    return State(jit_mode=jit, device=torch.device(state.device), shape=tuple(state.shape), dtype=dtype)
 
 
-def _from_ffcv(state: FFCVState) -> State:
+def _from_ffcv(state: State) -> State:
+    """The State an FFCV operation declared, as beton's operations read it (a device name, the dtype's kind)."""
     if state.jit_mode:
         return State(tuple(state.shape), np.dtype(state.dtype), kind="numpy")
     return State(tuple(state.shape), torch_dtype(state.dtype), kind="torch",
                  device=str(torch.device(state.device or "cpu")))
+
+
+#: FFCV's operation contract, as pipeline planning adapts it (registered by :mod:`beton.ffcv`).
+CONTRACT = OperationContract("ffcv", follows_ffcv_contract, FFCVOperation)

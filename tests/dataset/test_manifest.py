@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 import beton
 from beton.errors import CorruptDataError, FormatError, ShardError
 from beton.fields import FloatField, IntField, NDArrayField
-from beton.storage import manifest as manifest_module
-from beton.storage.manifest import (MAX_MANIFEST_BYTES, FieldSpec, Manifest, header_digest, parse_manifest,
+from beton.dataset import manifest as manifest_module
+from beton.dataset.manifest import (MAX_MANIFEST_BYTES, FieldSpec, Manifest, header_digest, parse_manifest,
                                     read_manifest)
-from beton.storage.shards import dataset_manifest, index
+from beton.dataset.shards import dataset_manifest, index
 
 from conftest import DATA, MIXED_FIELDS, ListDataset, mixed_sample
 
@@ -211,7 +211,7 @@ def test_a_shard_rewritten_after_indexing_is_named_when_opened(shards, tmp_path)
         manifest.open_shard(2)
     assert caught.value.path == shards[2] and "is not the file the manifest lists" in str(caught.value)
     with pytest.raises(ShardError, match="changed since the manifest was made"):
-        beton.storage.merge(tmp_path / "merged.beton", tmp_path / "data" / "train.json")
+        beton.dataset.merge(tmp_path / "merged.beton", tmp_path / "data" / "train.json")
     assert not os.path.exists(tmp_path / "merged.beton")
 
 
@@ -278,7 +278,7 @@ def test_a_glob_over_http_is_refused_before_any_request(url):
 
 
 def test_a_query_or_a_bracketed_host_makes_no_http_glob():
-    from beton.storage.shards import names_one_file
+    from beton.dataset.shards import names_one_file
 
     assert names_one_file("http://[::1]:8000/train.beton?X-Signature=a*b[c]")  # a query and an IPv6 host
     assert not names_one_file("s3://bucket/part-*.beton")  # stores that list still glob
@@ -352,7 +352,7 @@ def http_shards(shards, tmp_path):
 
 
 def test_a_manifest_at_a_url_lists_shards_beside_it(http_shards, shards, tmp_path):
-    from beton.storage.merge import merge
+    from beton.dataset.merge import merge
     from beton import RemoteOptions
 
     fast = RemoteOptions(retries=2, backoff=0.001, timeout=5.0)

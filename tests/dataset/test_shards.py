@@ -23,8 +23,8 @@ import beton
 from beton.codecs.jpeg_scans import progressive_prefix
 from beton.errors import CorruptDataError, FieldError, FormatError, ShardError
 from beton.fields import BytesField, FloatField, IntField, NDArrayField, RaggedArrayField, RGBImageField
-from beton.storage.merge import merge
-from beton.storage.shards import index
+from beton.dataset.merge import merge
+from beton.dataset.shards import index
 from beton.storage.writer import shard_range
 from beton.tools.sample_photos import photo_crop
 
@@ -222,7 +222,7 @@ def test_merge_streams_payloads_in_bounded_memory(tmp_path, monkeypatch):
     blob = np.random.default_rng(0).integers(0, 256, 512 * 1024, dtype=np.uint8).tobytes()
     samples = [(blob[i:] + blob[:i], i) for i in range(60)]
     paths = write_shards(tmp_path, fields, samples, [0, 20, 40, 60], page_size=1 << 20)
-    monkeypatch.setattr(importlib.import_module("beton.storage.merge"), "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(importlib.import_module("beton.dataset.merge"), "CHUNK_BYTES", 1 << 20)
     tracemalloc.start()
     try:
         merge(tmp_path / "merged.beton", paths)
@@ -311,7 +311,7 @@ def test_merge_needs_the_class_of_every_field(tmp_path):
 
 def merge_slowly(directory: str) -> None:
     """Subprocess side of the SIGTERM test: a merge copying one small chunk every 50 ms."""
-    module = importlib.import_module("beton.storage.merge")
+    module = importlib.import_module("beton.dataset.merge")
     module.CHUNK_BYTES = 1024
     copy = module._shard_chunks
 

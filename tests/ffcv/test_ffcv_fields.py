@@ -16,9 +16,9 @@ from beton import Loader, OrderOption
 from beton.errors import DecodeError, EncodeError, FieldError, FormatError, PipelineError
 from beton.decoders import NDArrayDecoder
 from beton.fields import IntField, UnknownField
-from beton.fields.ffcv_contract import FFCVField
+from beton.ffcv.fields import FFCVField
 from beton.pipeline.compiler import Compiler
-from beton.pipeline.ffcv_memory import POINTER_BASE
+from beton.ffcv.memory import POINTER_BASE
 from beton.storage import format as fmt
 from beton.storage.file_builder import header_bytes
 from beton.transforms import ToTensor

@@ -13,7 +13,7 @@ Here it is a **handle**: ``POINTER_BASE + the sample's position in the file``. W
   by offset can then return another sample's bytes;
 * ``POINTER_BASE`` (2**62) is far above any offset, count or size a record holds, so the reader can tell a
   pointer from the field's other metadata without knowing the field's layout, and check, before any decoder
-  runs, that every pointer a record holds is its own sample's (:mod:`beton.fields.ffcv_contract`).
+  runs, that every pointer a record holds is its own sample's (:mod:`beton.ffcv.fields`).
 
 :func:`read_payload` is the compiled ``memory_read``: it finds the handle among the batch's samples and returns
 that sample's payload from whichever memory the batch was read into (the file's memory map under the OS cache,

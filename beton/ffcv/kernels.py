@@ -14,7 +14,7 @@ What the wrapper adds around the user's function, so that the fused path gives w
 * a decoder's destination rows are zeroed first (the batch path gives it zeroed memory): the padding of
   variable-length samples holds zeros, never an earlier batch's bytes;
 * its ``storage_state`` is built from the batch's samples, as the batch path builds it
-  (:func:`beton.pipeline.ffcv_memory.storage_state`);
+  (:func:`beton.ffcv.memory.storage_state`);
 * the function's result must be an array of the declared dtype and number of dimensions and of the output
   rows' shape (else :class:`~beton.errors.PipelineError`); where it is not the output rows themselves (a
   function that returns another array, or an in-place operation that returns a copy), it is copied there;
@@ -67,7 +67,7 @@ def _adopt_result_compiled(result, rows):
 
 @numba.njit(nogil=True, cache=True)
 def batch_storage_state(source, samples):
-    """What :func:`beton.pipeline.ffcv_memory.storage_state` gives a decoder, from the stage's arguments: the
+    """What :func:`beton.ffcv.memory.storage_state` gives a decoder, from the stage's arguments: the
     batch's memory, its samples sorted, their batch positions in that order, each position's offset and size."""
     memory, offsets, sizes = source[1], source[2], source[3]
     order = np.argsort(samples, kind="mergesort").astype(np.int64)

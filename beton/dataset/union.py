@@ -3,12 +3,12 @@ Loader is given to what it reads.
 
 A Loader reads *a dataset*: fields, a data table, an allocation table, a heap of pages and a page source. One file
 is a :class:`~beton.storage.reader.Reader`. Several files (a list, a glob, a manifest file, a
-:class:`~beton.storage.manifest.Manifest`: whatever :func:`~beton.storage.shards.dataset_manifest` takes) are a
+:class:`~beton.dataset.manifest.Manifest`: whatever :func:`~beton.dataset.shards.dataset_manifest` takes) are a
 :class:`ShardedDataset`, which presents their union in the same shape, so the orders, the memory layer and the epoch
 engine read it as they read one file, without knowing how many files there are:
 
 * **Global sample indices** run across the shards in order: sample ``g`` is sample ``g - start`` of the shard whose
-  ``[start, end)`` holds it (:meth:`~beton.storage.manifest.Manifest.locate`). The data table and the allocation
+  ``[start, end)`` holds it (:meth:`~beton.dataset.manifest.Manifest.locate`). The data table and the allocation
   table are the shards' tables concatenated (copies, made once on opening).
 * **One virtual address space**: every shard's heap pages are numbered after the previous shard's (shard k's page p
   is virtual page ``first_page[k] + p``), and the allocation offsets move with their pages, so a virtual offset
@@ -47,12 +47,12 @@ import numpy as np
 from beton.errors import BetonError, LoaderError, ShardError, ShardNotFoundError, locate
 from beton.fields.base import Field
 from beton.storage import page_source
-from beton.storage.manifest import Manifest, header_digest
+from beton.dataset.manifest import Manifest, header_digest
 from beton.storage.page_source import PageSource
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
-from beton.storage.shards import Source, dataset_manifest, names_one_file
+from beton.dataset.shards import Source, dataset_manifest, names_one_file
 
 __all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "content_digest", "OpenedDataset"]
 
