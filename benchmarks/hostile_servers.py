@@ -162,7 +162,7 @@ def _serve(directory: str) -> tuple[int, int]:
     beton.DatasetWriter(path, fields, page_size=8192, num_workers=0, progress=False).from_indexed_dataset(Samples())
     with open(os.path.join(directory, "big.bin"), "wb") as file:
         file.truncate(BIG)
-    from beton.storage.manifest import MAX_MANIFEST_BYTES
+    from beton.dataset.manifest import MAX_MANIFEST_BYTES
 
     with open(os.path.join(directory, "huge.json"), "wb") as file:
         file.truncate(MAX_MANIFEST_BYTES + 1)

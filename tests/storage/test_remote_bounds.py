@@ -22,8 +22,8 @@ pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the
 
 import beton  # noqa: E402
 from beton.errors import FormatError, ShardNotFoundError, StorageError  # noqa: E402
-from beton.storage import dataset_manifest, merge, read_manifest  # noqa: E402
-from beton.storage.manifest import MAX_MANIFEST_BYTES  # noqa: E402
+from beton.dataset import dataset_manifest, merge, read_manifest  # noqa: E402
+from beton.dataset.manifest import MAX_MANIFEST_BYTES  # noqa: E402
 from beton.storage.reader import read_head  # noqa: E402
 from beton.storage.remote import RemoteOptions  # noqa: E402
 from beton.storage.remote.http import redirect_allowed  # noqa: E402
