@@ -96,7 +96,7 @@ def child(entry: str, url: str, warm_url: str, options: str) -> None:
     import fsspec
 
     import beton
-    from beton.storage import read_manifest
+    from beton.dataset import read_manifest
 
     remote = beton.RemoteOptions(retries=2, backoff=0.01, max_backoff=0.05, timeout=30.0, **json.loads(options))
     beton.Reader(warm_url, remote=remote).close()  # imports, the session and the loop ready before the peak reset
@@ -186,7 +186,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         low, high = _serve(directory)
         from beton import RemoteOptions
-        from beton.storage import dataset_manifest
+        from beton.dataset import dataset_manifest
 
         with HostileServer(directory, cap=arguments.cap * 2**20) as server, HostileServer(directory) as other:
             manifest = dataset_manifest([server.url("data.beton")], remote=RemoteOptions())

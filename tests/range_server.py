@@ -1,8 +1,9 @@
 """A loopback HTTP server that honours Range requests, with fault injection and a throttled link.
 
 For the remote-reading tests (``test_remote.py``) and ``benchmarks/remote.py``. It binds to 127.0.0.1 only and
-serves the files of one directory by name (``GET /name``, ``HEAD /name``), with ``ETag`` and ``Last-Modified``
-from each file's status, so a rewritten file is seen as changed.
+serves the files of one directory and its subdirectories by name (``GET /name``, ``GET /sub/name``, ``HEAD``; no
+segment may be empty or start with a dot), with ``ETag`` and ``Last-Modified`` from each file's status, so a
+rewritten file is seen as changed.
 
 Faults (:class:`Fault`) apply to the next matching GET requests: ``drop`` closes the connection without an
 answer, ``503`` answers Service Unavailable, ``truncate`` announces the whole body and closes after half of it,
@@ -79,7 +80,7 @@ class RangeServer:
 
     ``faults`` (a list, consumed in order) and ``latency`` may be changed while it runs; ``requests`` counts the
     GET requests answered with file bytes, ``bytes_sent`` their body bytes, ``most_at_once`` the most GET
-    requests it was answering at the same time.
+    requests it was answering at the same time, ``paths`` the path of every request (GET or HEAD) in order.
     """
 
     def __init__(self, directory: str | os.PathLike[str], rate: float | None = None, latency: float = 0.0) -> None:
@@ -87,6 +88,7 @@ class RangeServer:
         self.faults: list[Fault] = []
         self.latency = latency
         self.requests = 0
+        self.paths: list[str] = []  # every request's path, in order (what a client asked for, answered or not)
         self.bytes_sent = 0
         self.most_at_once = 0
         self._answering = 0
@@ -157,6 +159,8 @@ class RangeServer:
         return None
 
     def _answer(self, handler: http.server.BaseHTTPRequestHandler, head: bool) -> None:
+        with self._lock:
+            self.paths.append(handler.path)
         name = handler.path.lstrip("/")
         if name == ".stats":
             with self._lock:
@@ -168,7 +172,7 @@ class RangeServer:
             handler.wfile.write(stats)
             return None
         path = os.path.join(self.directory, name)
-        if "/" in name or name.startswith(".") or not os.path.isfile(path):
+        if any(not part or part.startswith(".") for part in name.split("/")) or not os.path.isfile(path):
             return self._error(handler, 404)
         status = os.stat(path)
         size = status.st_size

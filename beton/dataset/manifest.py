@@ -21,16 +21,21 @@ A manifest file is untrusted input, read with bounds: at most :data:`MAX_MANIFES
 :data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above, counts that are integers in
 [0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
 
-Shard paths in a manifest file (decided so that a manifest moves with its shards and cannot point elsewhere by
-surprise):
+Shard paths in a manifest file (decided so that a manifest moves with its shards and names nothing but its shards;
+docs/shards.md, "What a manifest may name"):
 
-* a relative path (``/``-separated; no ``..``, ``.`` or empty segments, no backslash, no leading ``/``) is
-  resolved against the manifest's own directory, or for a manifest at a URL against the URL's directory
-  (``https://host/data/train.json`` + ``a/0.beton`` -> ``https://host/data/a/0.beton``): a shard lies in the
-  manifest's directory or below it;
-* a full URL to remote storage (``s3://``, ``https://``, anything fsspec resolves) is used as it is;
-* absolute local paths and URLs that name local files (``file://``, ``local://``, also inside chained URLs) are
-  refused: a manifest downloaded from elsewhere must not open files of this machine.
+* an entry is resolved against the manifest's own directory (a local manifest's folder; for a manifest at a URL,
+  the URL without its last segment, query and fragment: ``https://host/data/train.json`` + ``a/0.beton`` ->
+  ``https://host/data/a/0.beton``) and normalised (``.``, ``..`` and empty segments), and must lie in that
+  directory or below it. It is checked as written and percent-decoded (repeatedly; a decoded backslash counts
+  as ``/``), since a server decodes ``%2e%2e/`` to ``../``: both readings must stay inside. An absolute path (for
+  a local manifest) or a URL (same store and prefix, for a manifest at a URL) is allowed when it stays inside;
+* never: chained URLs (``a::b``: ``simplecache::``, ``tar://x::...``, ...), wrapping or local protocols
+  (``file://``, ``tar://``, ``zip://``, ``simplecache://``...), a backslash or NUL, and for a manifest at a URL any
+  local path (a manifest from a store names shards on that store only);
+* ``allow_outside=True`` (given to :func:`read_manifest` or ``dataset_manifest`` by whoever trusts the file)
+  lifts only the "inside the directory" rule: then a local manifest may name any local path or a URL of a
+  data store, a manifest at a URL any URL of a data store.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import hashlib
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,6 +70,10 @@ _MAX_COUNT = 2**63  # sample counts are stored as u8 in headers; beyond int64 nu
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: fsspec protocols that name files of this machine: refused in manifest files (see the module docstring).
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+#: fsspec protocols that open other files (caches, archives, references): never named by a manifest, even with
+#: ``allow_outside`` (chained ``a::b`` URLs are refused before this; these refuse the unchained spelling too).
+_WRAPPING_PROTOCOLS = frozenset({"simplecache", "blockcache", "filecache", "cached", "tar", "zip", "libarchive",
+                                 "reference", "dir", "jlab", "jupyter"})
 _TOP_KEYS = ("format", "version", "num_samples", "fields", "shards")
 _FIELD_KEYS = ("name", "type", "arguments", "metadata_dtype", "payload")
 _SHARD_KEYS = ("path", "num_samples", "header_sha256")
@@ -300,10 +310,12 @@ class Manifest:
 
 # ---- reading manifest files -----------------------------------------------------------------------------------
 
-def read_manifest(location: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> Manifest:
+def read_manifest(location: str | os.PathLike[str], *, remote: RemoteOptions | None = None,
+                  allow_outside: bool = False) -> Manifest:
     """The manifest file at ``location`` (a path or URL, read as ``remote`` says), validated (module docstring);
     FormatError naming the file and the entry for anything else. Shards are not opened; the manifest keeps
-    ``remote`` for opening them."""
+    ``remote`` for opening them. ``allow_outside``: the file is trusted to name shards outside its own directory
+    (module docstring)."""
     location = os.fspath(location)
     options = remote_or_default(remote)
     with error_context(path=location):
@@ -315,7 +327,7 @@ def read_manifest(location: str | os.PathLike[str], *, remote: RemoteOptions | N
             with open(location, "rb") as file:
                 data = file.read(MAX_MANIFEST_BYTES + 1)
             _check_size(len(data))
-        return dataclasses.replace(parse_manifest(data, location), remote=remote)
+        return dataclasses.replace(parse_manifest(data, location, allow_outside=allow_outside), remote=remote)
 
 
 def _check_size(size: int) -> None:
@@ -323,9 +335,9 @@ def _check_size(size: int) -> None:
         raise FormatError(f"a manifest is at most {MAX_MANIFEST_BYTES} bytes, this file is larger")
 
 
-def parse_manifest(data: bytes, location: str) -> Manifest:
-    """The manifest that the bytes ``data`` of the file at ``location`` describe (relative shard paths are resolved
-    against ``location``)."""
+def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -> Manifest:
+    """The manifest that the bytes ``data`` of the file at ``location`` describe (shard paths are resolved against
+    ``location`` and must lie in its directory unless ``allow_outside``: module docstring)."""
     with error_context(path=location):
         if len(data) > MAX_MANIFEST_BYTES:
             raise FormatError(f"a manifest is at most {MAX_MANIFEST_BYTES} bytes, this one is {len(data)}")
@@ -341,7 +353,7 @@ def parse_manifest(data: bytes, location: str) -> Manifest:
         if version != MANIFEST_VERSION:
             raise FormatError(f"manifest version {version} is not the supported version {MANIFEST_VERSION}")
         fields = _fields(top["fields"])
-        entries = _shards(top["shards"], location)
+        entries = _shards(top["shards"], location, allow_outside)
         total = _count(top["num_samples"], "\"num_samples\"")
         listed = sum(count for _, count, _ in entries)
         if listed != total:
@@ -376,7 +388,7 @@ def _fields(value: Any) -> list[FieldSpec]:
     return fields
 
 
-def _shards(value: Any, location: str) -> list[tuple[str, int, str]]:
+def _shards(value: Any, location: str, allow_outside: bool) -> list[tuple[str, int, str]]:
     if not isinstance(value, list) or not value:
         raise FormatError(f"\"shards\" must be a non-empty list, got {_short(value)}")
     entries, seen = [], {}
@@ -384,7 +396,7 @@ def _shards(value: Any, location: str) -> list[tuple[str, int, str]]:
         where = f"shard {number}"
         entry = _object(item, _SHARD_KEYS, where)
         path = _text(entry["path"], f"{where}: \"path\"")
-        resolved = resolve_listed_path(path, location, where)
+        resolved = resolve_listed_path(path, location, where, allow_outside=allow_outside)
         if resolved in seen:
             raise FormatError(f"{where} ({path!r}) is shard {seen[resolved]} again: a shard is listed once")
         seen[resolved] = number
@@ -431,21 +443,96 @@ def _short(value: Any) -> str:
 
 # ---- shard paths ----------------------------------------------------------------------------------------------
 
-def resolve_listed_path(path: str, manifest_location: str, where: str = "a shard") -> str:
-    """Where a shard listed as ``path`` in the manifest file at ``manifest_location`` is (module docstring);
-    FormatError for a path the rules refuse."""
+def resolve_listed_path(path: str, manifest_location: str, where: str = "a shard", *,
+                        allow_outside: bool = False) -> str:
+    """Where a shard listed as ``path`` in the manifest file at ``manifest_location`` is, normalised (module
+    docstring); FormatError naming the entry for a path the rules refuse. Nothing is opened here."""
+
+    def refuse(problem: str) -> FormatError:
+        return FormatError(f"{where}: {path!r} {problem}")
+
+    if "::" in path:
+        raise refuse("is a chained URL ('::'), which opens a file through another (a cache, an archive); a manifest "
+                     "names shards only")
+    if "\\" in path or "\0" in path:
+        raise refuse("holds a backslash or NUL; shard paths are separated by '/'")
+    remote = is_url(manifest_location)
+    if remote:
+        base_origin, base = _split_url(_url_directory(manifest_location))
+    else:
+        base_origin, base = "", os.path.abspath(os.path.dirname(manifest_location) or os.curdir)
+    base = _normalised(base)
+    outside = (f"lies outside the manifest's directory ({base_origin}{base}); a manifest names shards in its "
+               "directory or below (read it with allow_outside=True if you trust it to name others)")
     if is_url(path):
-        local = _local_protocol(path)
-        if local is not None:
-            raise FormatError(f"{where}: {path!r} names a file of this machine ({local}://); a manifest lists local "
-                              "shards by paths relative to itself")
-        return path
-    problem = _relative_problem(path)
-    if problem is not None:
-        raise FormatError(f"{where}: {path!r} {problem}")
-    if is_url(manifest_location):
-        return f"{_url_directory(manifest_location)}/{path}"
-    return os.path.join(os.path.dirname(manifest_location), *path.split("/"))
+        protocol = path.split("://", 1)[0].lower()
+        if protocol in _LOCAL_PROTOCOLS:
+            raise refuse(f"names a file of this machine ({protocol}://); a manifest lists local shards by paths "
+                         "relative to itself, and a manifest at a URL lists none")
+        if protocol in _WRAPPING_PROTOCOLS:
+            raise refuse(f"uses {protocol}://, which opens other files; a manifest names shards only")
+        origin, full = _split_url(path)
+        if allow_outside:
+            return path
+        if origin != base_origin:  # another store, host, port or bucket (or a URL in a local manifest)
+            raise refuse(outside)
+    elif remote and path.startswith("/"):
+        raise refuse("is a local path: a manifest at a URL names only shards on its own store, by relative paths "
+                     "or by URLs under its directory")
+    else:
+        origin, full = base_origin, path if path.startswith("/") else f"{base}/{path}"
+    if remote and not allow_outside and origin.lower().startswith(("http://", "https://")) and \
+            any(character in path for character in "?#"):
+        raise refuse("holds a query or fragment; a manifest at a URL names shards by their paths")
+    decoded = _decoded(full)
+    if "\0" in decoded:
+        raise refuse("holds an encoded NUL")
+    if not allow_outside and not all(_within(_normalised(form), base) for form in (full, decoded)):
+        raise refuse(outside)
+    if remote:
+        return origin + _normalised(full)
+    if path.startswith("/"):
+        return _normalised(full)
+    return os.path.normpath(os.path.join(os.path.dirname(manifest_location), path))
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    """(origin, path) of a URL: everything up to the end of its last part's host (``s3://bucket``,
+    ``http://127.0.0.1:8000``, ``simplecache::s3://bucket``), and the rest (``/data/a.beton``, or empty)."""
+    last = url.rsplit("::", 1)[-1]
+    prefix = url[: len(url) - len(last)]
+    if "://" not in last:
+        return prefix, last
+    scheme, rest = last.split("://", 1)
+    host, slash, tail = rest.partition("/")
+    return f"{prefix}{scheme}://{host}", slash + tail
+
+
+def _decoded(path: str) -> str:
+    """``path`` percent-decoded until nothing changes (a server may decode twice), a backslash read as '/'."""
+    for _ in range(8):
+        decoded = urllib.parse.unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    return path.replace("\\", "/")
+
+
+def _normalised(path: str) -> str:
+    """``path`` as '/'-separated segments without '.', '..' and empty ones, from the root ('..' at the root stays
+    there, as servers and POSIX do)."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def _within(path: str, directory: str) -> bool:
+    return directory == "/" or path == directory or path.startswith(directory + "/")
 
 
 def _listed_path(shard: str, manifest_location: str) -> str:

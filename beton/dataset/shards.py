@@ -59,12 +59,13 @@ def names_one_file(source: Source) -> bool:
     return not is_manifest_name(item) and not _is_glob(item)
 
 
-def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None) -> Manifest:
+def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None, allow_outside: bool = False) -> Manifest:
     """The shards, in order, of the dataset ``source`` names (module docstring). A manifest file read alone keeps
     its ``source``; anything else is a manifest built in memory (``source`` None). URLs are read as ``remote``
     (a :class:`~beton.storage.remote.RemoteOptions`) says, and the manifest keeps it for opening its shards
     (:meth:`~beton.dataset.manifest.Manifest.open_shard`); a Manifest given keeps its own unless ``remote`` is
-    given."""
+    given. ``allow_outside``: the manifest files named are trusted to name shards outside their own directories
+    (:mod:`beton.dataset.manifest`); a ``Loader`` or ``merge`` given the Manifest returned reads those shards."""
     remote_or_default(remote)  # a slip is named here, before anything is read
     if isinstance(source, Manifest):
         return source if remote is None else dataclasses.replace(source, remote=remote)
@@ -77,7 +78,7 @@ def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None) -> 
             raise TypeError(f"a dataset is named by paths, URLs, globs or manifest files, got {type(item).__name__}")
         item = os.fspath(item)
         if is_manifest_name(item):
-            named.append(read_manifest(item, remote=remote))
+            named.append(read_manifest(item, remote=remote, allow_outside=allow_outside))
         else:
             named += _expand(item, remote)
     files = _one_file_manifests([entry for entry in named if isinstance(entry, str)], remote)

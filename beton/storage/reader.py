@@ -134,10 +134,9 @@ class Reader:
         try:
             for attempt in range(options.retries + 1):
                 self._map = self.remote.structure()
-                magic = bytes(self._map[: len(fmt.MAGIC)])
-                if magic != fmt.MAGIC:
-                    raise FormatError(f"not a beton file: magic is {magic!r}, expected {fmt.MAGIC!r} (FFCV files, "
-                                      "which carry no checksums, are read from local paths only)")
+                if bytes(self._map[: len(fmt.MAGIC)]) != fmt.MAGIC:  # its bytes are not said: not ours to show
+                    raise FormatError(f"{_NOT_BETON} (FFCV files, which carry no checksums, are read from local "
+                                      "paths only)")
                 try:
                     self._open_beton(custom_fields)
                     break
@@ -379,13 +378,19 @@ def _check_index(index: int, num_samples: int) -> int:
     return position
 
 
+#: What a file without beton's magic number is told: none of its bytes.
+_NOT_BETON = f"not a beton file: its first bytes are not beton's magic number {fmt.MAGIC!r}"
+
+
 def _read_header(file_map: np.ndarray) -> np.void:
+    # The magic first, and no byte of a file without it in the message (nor its size): a path from an untrusted
+    # manifest or URL must not turn errors into a way to read or probe files that are not beton files.
+    if bytes(file_map[: len(fmt.MAGIC)]) != fmt.MAGIC:
+        raise FormatError(_NOT_BETON)
     if len(file_map) < fmt.HEADER_SIZE:
         raise FormatError(f"file is {len(file_map)} bytes, smaller than the {fmt.HEADER_SIZE}-byte header")
     raw = bytes(file_map[: fmt.HEADER_SIZE])
     header = np.frombuffer(raw, fmt.HEADER_DTYPE)[0]
-    if raw[: len(fmt.MAGIC)] != fmt.MAGIC:
-        raise FormatError(f"not a beton file: magic is {raw[:8]!r}, expected {fmt.MAGIC!r}")
     if zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) != int(header["header_crc32"]):
         raise CorruptDataError("header checksum does not match")
     version = int(header["version"])

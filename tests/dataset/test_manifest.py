@@ -156,13 +156,13 @@ HOSTILE = {
     "an object dtype": (mutate(lambda d: d["fields"][0].update(metadata_dtype="|O")), "\"metadata_dtype\""),
     "arguments not an object": (mutate(lambda d: d["fields"][0].update(arguments=[1])), "must be an object"),
     "a shard that is no object": (mutate(lambda d: d["shards"].append("x.beton")), "shard 3 must be a JSON object"),
-    "a path with ..": (mutate(lambda d: d["shards"][0].update(path="../../etc/x.beton")), "'..' segment"),
-    "an absolute path": (mutate(lambda d: d["shards"][0].update(path="/etc/x.beton")), "absolute path"),
-    "an empty segment": (mutate(lambda d: d["shards"][0].update(path="a//x.beton")), "empty"),
+    "a path with ..": (mutate(lambda d: d["shards"][0].update(path="../../etc/x.beton")), "outside the manifest's"),
+    "an absolute path": (mutate(lambda d: d["shards"][0].update(path="/etc/x.beton")), "outside the manifest's"),
+    "an encoded ..": (mutate(lambda d: d["shards"][0].update(path="a/%2e%2e/%2E%2E/x.beton")), "outside the manifest's"),
     "a backslash": (mutate(lambda d: d["shards"][0].update(path="..\\x.beton")), "backslash"),
     "a file URL": (mutate(lambda d: d["shards"][0].update(path="file:///etc/passwd")), "names a file of this machine"),
     "a chained local URL": (mutate(lambda d: d["shards"][0].update(path="simplecache::file:///x.beton")),
-                            "(file://)"),
+                            "chained URL"),
     "a shard twice": (mutate(lambda d: d["shards"][2].update(path=d["shards"][0]["path"])),
                       "shard 2 ('part-0.beton') is shard 0 again"),
     "an empty path": (mutate(lambda d: d["shards"][0].update(path="")), "\"path\" must be a non-empty string"),
@@ -192,11 +192,15 @@ def test_a_manifest_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatch)
 
 def test_paths_resolve_against_the_manifest_location():
     document = json.dumps(manifest_text([("a/0.beton", 1), ("s3://other/1.beton", 2)])).encode()
-    local = parse_manifest(document, "sets/train.json")
+    with pytest.raises(FormatError, match="'s3://other/1.beton' lies outside the manifest's directory"):
+        parse_manifest(document, "sets/train.json")
+    local = parse_manifest(document, "sets/train.json", allow_outside=True)
     assert [shard.location for shard in local.shards] == [os.path.join("sets", "a", "0.beton"), "s3://other/1.beton"]
-    remote = parse_manifest(document, "https://host/data/train.json?token=x#part")
+    with pytest.raises(FormatError, match="outside the manifest's directory"):
+        parse_manifest(document, "https://host/data/train.json")
+    remote = parse_manifest(document, "https://host/data/train.json?token=x#part", allow_outside=True)
     assert [shard.location for shard in remote.shards] == ["https://host/data/a/0.beton", "s3://other/1.beton"]
-    chained = parse_manifest(document, "simplecache::s3://bucket/sets/train.json")
+    chained = parse_manifest(document, "simplecache::s3://bucket/sets/train.json", allow_outside=True)
     assert chained.shards[0].location == "simplecache::s3://bucket/sets/a/0.beton"
 
 

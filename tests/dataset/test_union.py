@@ -293,7 +293,10 @@ def test_shards_and_manifests_at_urls(aligned, tmp_path):
         dataset_manifest(urls).write(listing)
         assert all(entry["path"].startswith("http://127.0.0.1")
                    for entry in json.loads(listing.read_text())["shards"])
-        for source in (urls, mixed, beside, str(listing)):
+        with pytest.raises(FormatError, match="outside the manifest's directory"):  # URLs are not in its folder
+            dataset_manifest(str(listing))
+        trusted = dataset_manifest(str(listing), allow_outside=True, remote=remote)  # the opt-in
+        for source in (urls, mixed, beside, trusted):
             got = epochs(source, order=OrderOption.QUASI_RANDOM, pipelines=AUGMENTED, remote=remote)
             assert got == expected, source
         assert server.requests > 0
