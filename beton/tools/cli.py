@@ -130,10 +130,20 @@ def _verify(arguments: argparse.Namespace) -> int:
 def _index(arguments: argparse.Namespace) -> int:
     from beton.dataset.shards import index
 
-    manifest = index(arguments.output, arguments.shards, verify=arguments.verify, remote=arguments.remote)
+    manifest = index(arguments.output, _shards(arguments), verify=arguments.verify, remote=arguments.remote)
     checked = "every page checked" if arguments.verify else "headers and tables checked"
     print(f"wrote {arguments.output}: {len(manifest.shards)} shards, {manifest.num_samples} samples ({checked})")
     return 0
+
+
+def _shards(arguments: argparse.Namespace) -> object:
+    """The shards as named, or with --allow-outside the Manifest of manifest files trusted to name shards outside
+    their own directories."""
+    if not arguments.allow_outside:
+        return arguments.shards
+    from beton.dataset.shards import dataset_manifest
+
+    return dataset_manifest(arguments.shards, remote=arguments.remote, allow_outside=True)
 
 
 def _merge(arguments: argparse.Namespace) -> int:
@@ -142,7 +152,7 @@ def _merge(arguments: argparse.Namespace) -> int:
     metadata: object = "shards" if arguments.metadata is None else arguments.metadata  # {} sets none, as None
     if arguments.no_metadata:
         metadata = None
-    report = merge(arguments.output, arguments.shards, page_size=arguments.page_size, metadata=metadata,
+    report = merge(arguments.output, _shards(arguments), page_size=arguments.page_size, metadata=metadata,
                    remote=arguments.remote)
     print(f"wrote {report.path}: {report.num_samples} samples from {len(report.shards)} shards "
           f"({report.seconds:.1f} s)")
@@ -288,6 +298,12 @@ _REMOTE_FLAGS: dict[str, tuple[object, str, str]] = {
 }
 
 
+def _add_allow_outside(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-outside", action="store_true",
+                        help="trust the manifests named to list shards outside their own directories (e.g. a "
+                             "local manifest of s3:// shards; docs/shards.md)")
+
+
 def _add_remote_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("files at URLs", "how URLs are read (docs/remote.md); local paths ignore "
                                                        "these")
@@ -328,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     indexing.add_argument("shards", nargs="+", metavar="SHARD",
                           help="shards in order: paths, URLs, globs (sorted by name) or manifests")
     indexing.add_argument("--verify", action="store_true", help="check every page of every shard too")
+    _add_allow_outside(indexing)
     _add_remote_flags(indexing)
     indexing.set_defaults(run=_index)
 
@@ -344,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the merged file's metadata, a JSON object such as '{\"name\": \"train\"}' "
                              "(default: the shards', which must agree)")
     choice.add_argument("--no-metadata", action="store_true", help="write no file-level metadata")
+    _add_allow_outside(merging)
     _add_remote_flags(merging)
     merging.set_defaults(run=_merge)
 

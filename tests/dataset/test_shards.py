@@ -388,6 +388,25 @@ def test_index_and_merge_commands(tmp_path):
     assert beton.Reader(tmp_path / "bare.beton").metadata == {}
 
 
+def test_commands_read_shards_outside_a_manifests_directory_only_with_allow_outside(tmp_path):
+    samples = [mixed_sample(i) for i in range(30)]
+    whole = write_whole(tmp_path / "whole.beton", MIXED_FIELDS, samples, page_size=1024)
+    write_shards(tmp_path, MIXED_FIELDS, samples, [0, 12, 30], page_size=1024)
+    assert run("index", "train.json", "part-*.beton", cwd=tmp_path).returncode == 0
+    document = json.loads((tmp_path / "train.json").read_text())  # moved into a folder of its own, by hand
+    for shard in document["shards"]:
+        shard["path"] = "../" + shard["path"]
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "train.json").write_text(json.dumps(document))
+    refused = run("merge", tmp_path / "refused.beton", tmp_path / "lists" / "train.json")
+    assert refused.returncode == 1 and "lies outside the manifest's directory" in refused.stderr
+    assert not (tmp_path / "refused.beton").exists()
+    trusted = run("merge", tmp_path / "merged.beton", tmp_path / "lists" / "train.json", "--allow-outside")
+    assert trusted.returncode == 0, trusted.stderr
+    assert same_bytes(tmp_path / "merged.beton", whole)
+    assert run("index", tmp_path / "again.json", tmp_path / "lists" / "train.json", "--allow-outside").returncode == 0
+
+
 def test_commands_report_errors_in_one_line(tmp_path):
     good = write_whole(tmp_path / "a.beton", MIXED_FIELDS, [mixed_sample(0)])
     bad = write_whole(tmp_path / "b.beton", {"label": IntField()}, [(1,)])
