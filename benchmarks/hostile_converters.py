@@ -35,6 +35,8 @@ import sys
 import tarfile
 import tempfile
 import time
+
+from peak_memory import peak_growth_mb, reset_peak
 import zlib
 
 import numpy as np
@@ -188,7 +190,7 @@ def child(case: str, where: str) -> None:
     import beton
     import beton.convert
 
-    before = _reset_peak()
+    before = reset_peak()
     started = time.perf_counter()
     try:
         report = getattr(beton.convert, converter)(*arguments, os.path.join(where, "out.beton"), **options)
@@ -202,25 +204,10 @@ def child(case: str, where: str) -> None:
         outcome = f"{type(error).__name__}: {error}".replace(where + os.sep, "")
     seconds = time.perf_counter() - started
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    growth = None if before is None else round((_status("VmHWM") - before) / 1024, 1)
+    growth = peak_growth_mb(before)
     print(json.dumps({"case": case, "input_bytes": input_bytes, "outcome": outcome.replace(where, "<tmp>"),
                       "peak_rss_mb": round(peak / 1024, 1), "conversion_peak_growth_mb": growth,
                       "seconds": round(seconds, 2)}))
-
-
-def _reset_peak() -> int | None:
-    """Linux: restart the peak RSS (VmHWM) from the current RSS, returned in KiB; None where it cannot."""
-    try:
-        with open("/proc/self/clear_refs", "w") as file:
-            file.write("5")
-        return _status("VmRSS")
-    except OSError:
-        return None
-
-
-def _status(name: str) -> int:
-    with open("/proc/self/status") as file:
-        return next(int(line.split()[1]) for line in file if line.startswith(name + ":"))
 
 
 def main() -> None:

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from peak_memory import peak_growth_mb, reset_peak
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
@@ -101,7 +103,7 @@ def child(entry: str, url: str, warm_url: str, options: str) -> None:
     remote = beton.RemoteOptions(retries=2, backoff=0.01, max_backoff=0.05, timeout=30.0, **json.loads(options))
     beton.Reader(warm_url, remote=remote).close()  # imports, the session and the loop ready before the peak reset
     filesystem = fsspec.filesystem("http")
-    before = _reset_peak()
+    before = reset_peak()
     started = time.perf_counter()
     try:
         if entry == "Reader":
@@ -121,25 +123,10 @@ def child(entry: str, url: str, warm_url: str, options: str) -> None:
     except Exception as error:  # noqa: BLE001 - the outcome is the report
         outcome = f"{type(error).__name__}: {error}"
     seconds = time.perf_counter() - started
-    growth = None if before is None else round((_status("VmHWM") - before) / 1024, 1)
+    growth = peak_growth_mb(before)
     print(json.dumps({"outcome": outcome, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                                                                  / 1024, 1),
                       "peak_growth_mb": growth, "seconds": round(seconds, 2)}))
-
-
-def _reset_peak() -> int | None:
-    """Linux: restart the peak RSS (VmHWM) from the current RSS, returned in KiB; None where it cannot."""
-    try:
-        with open("/proc/self/clear_refs", "w") as file:
-            file.write("5")
-        return _status("VmRSS")
-    except OSError:
-        return None
-
-
-def _status(name: str) -> int:
-    with open("/proc/self/status") as file:
-        return next(int(line.split()[1]) for line in file if line.startswith(name + ":"))
 
 
 def _serve(directory: str) -> tuple[int, int]:

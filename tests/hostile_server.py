@@ -32,6 +32,8 @@ import re
 import threading
 import time
 
+from range_server import LoopbackServer, QuietHandler
+
 __all__ = ["Attack", "HostileServer", "ATTACKS"]
 
 ATTACKS = ("ignore-range", "huge-length", "endless-chunked", "long-header", "many-headers", "503", "404", "redirect",
@@ -62,7 +64,7 @@ class Attack:
             raise ValueError(f"unknown attack {self.kind!r}")
 
 
-class HostileServer:
+class HostileServer(LoopbackServer):
     """Serves ``directory`` on 127.0.0.1; ``url(name)`` is a file's URL. Use as a context manager."""
 
     def __init__(self, directory: str | os.PathLike[str], cap: int = 64 * 2**20) -> None:
@@ -74,54 +76,18 @@ class HostileServer:
         self._lock = threading.Lock()
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def handle(self) -> None:
-                try:
-                    super().handle()
-                except (ConnectionResetError, BrokenPipeError):
-                    pass  # the client closed a connection whose answer it refused, or stopped waiting for
-
+        class Handler(QuietHandler):
             def do_HEAD(self) -> None:
                 server._answer(self, "HEAD")
 
             def do_GET(self) -> None:
                 server._answer(self, "GET")
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="hostile-server", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+        super().__init__(Handler, "hostile-server")
 
     def requests(self, method: str | None = None) -> int:
         with self._lock:
             return sum(1 for logged in self.log if method in (None, logged[0]))
-
-    def start(self) -> HostileServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def __enter__(self) -> HostileServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # ---- answering ------------------------------------------------------------------------------------------
 

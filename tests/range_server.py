@@ -75,7 +75,55 @@ class _Link:
             write(chunk)
 
 
-class RangeServer:
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """Keep-alive as real stores, no delayed-ACK stalls, no log lines, no traceback for a client that hangs up."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as real stores
+    disable_nagle_algorithm = True  # headers and body go out as written (no 40 ms delayed-ACK stalls)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the client closed a connection whose answer it refused, or stopped waiting for
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 answering with ``handler``, run in a thread of its own from ``start()``
+    (or ``with``) to ``stop()``."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler], name: str) -> None:
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def start(self):  # the server itself, for ``server = Server(...).start()``
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class RangeServer(LoopbackServer):
     """Serves ``directory`` on 127.0.0.1; ``url(name)`` is a file's URL. Use as a context manager.
 
     ``faults`` (a list, consumed in order) and ``latency`` may be changed while it runs; ``requests`` counts the
@@ -96,19 +144,7 @@ class RangeServer:
         self._link = _Link(rate)
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as real stores
-            disable_nagle_algorithm = True  # headers and body go out as written (no 40 ms delayed-ACK stalls)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def handle(self) -> None:
-                try:
-                    super().handle()
-                except (ConnectionResetError, BrokenPipeError):
-                    pass  # the client closed a connection whose answer it refused, or stopped waiting for
-
+        class Handler(QuietHandler):
             def do_HEAD(self) -> None:
                 server._answer(self, head=True)
 
@@ -122,31 +158,7 @@ class RangeServer:
                     with server._lock:
                         server._answering -= 1
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="range-server", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def start(self) -> RangeServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def __enter__(self) -> RangeServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        super().__init__(Handler, "range-server")
 
     # ---- answering ------------------------------------------------------------------------------------------
 
