@@ -25,6 +25,7 @@ from beton.dataset.manifest import (MAX_MANIFEST_BYTES, FieldSpec, Manifest, hea
 from beton.dataset.shards import dataset_manifest, index
 
 from conftest import DATA, MIXED_FIELDS, ListDataset, mixed_sample
+from processes import moto_s3
 
 SAMPLES = [mixed_sample(i) for i in range(40)]
 BOUNDS = [0, 13, 13, 40]  # uneven, one shard empty
@@ -384,17 +385,11 @@ def test_a_manifest_at_a_url_lists_shards_beside_it(http_shards, shards, tmp_pat
 
 
 def test_s3_globs_and_manifests_written_to_s3(shards, tmp_path):
-    pytest.importorskip("s3fs", reason="s3:// needs s3fs (the 'remote' extra)")
-    moto_server = pytest.importorskip("moto.server", reason="the S3 tests run moto's server (the 'test' extra)")
-    import fsspec
-
     from beton import RemoteOptions
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {"key": "testing", "secret": "testing", "endpoint_url": f"http://{host}:{port}"}
+    with moto_s3() as options:
+        import fsspec
+
         fs = fsspec.filesystem("s3", skip_instance_cache=True, **options)
         fs.mkdir("shards")
         for k, path in enumerate(shards):
@@ -409,5 +404,3 @@ def test_s3_globs_and_manifests_written_to_s3(shards, tmp_path):
         assert again.shards == manifest.shards
         with again.open_shard(0) as reader:  # the manifest's own RemoteOptions reach the bucket
             assert len(reader) == 13
-    finally:
-        server.stop()

@@ -7,7 +7,6 @@ checkpoint taken from rank 0 (every rank's is the same).
 
 from __future__ import annotations
 
-import collections
 
 import numpy as np
 import pytest

@@ -14,7 +14,6 @@ import threading
 
 import pytest
 
-import beton
 import epoch_stress
 
 EPOCHS = 300

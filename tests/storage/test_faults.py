@@ -26,6 +26,7 @@ from beton.errors import BetonError, WriterError
 from beton.fields import BytesField, IntField
 
 from conftest import IMAGE_FIELDS, TESTS, ListDataset, small_image, write
+from processes import alive, wait_for
 
 
 
@@ -185,23 +186,6 @@ def write_slowly(directory: str, num_workers: str, start_method: str = "fork", t
     writer = beton.DatasetWriter(target or Path(directory, "data.beton"), {"i": IntField()},
                                  num_workers=int(num_workers), progress=False, start_method=start_method)
     writer.from_indexed_dataset(SlowDataset(directory), chunksize=10)
-
-
-def alive(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (an orphan that init has not reaped yet is one)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def worker_pids(directory: Path, parent: int) -> list[int]:

@@ -27,6 +27,7 @@ from beton.storage.remote.cache import DiskPageCache  # noqa: E402
 from beton.storage.remote.pages import expected_reads  # noqa: E402
 from beton.tools.cli import main as cli  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402
+from processes import moto_s3  # noqa: E402
 from range_server import Fault, RangeServer  # noqa: E402
 from resume_conformance import check_resume  # noqa: E402
 
@@ -404,20 +405,14 @@ def test_processes_sharing_one_cache_directory_read_the_right_data(served, serve
 
 @pytest.fixture(scope="module")
 def s3(served):
-    pytest.importorskip("s3fs", reason="s3:// needs s3fs (the 'remote' extra)")
-    moto_server = pytest.importorskip("moto.server", reason="the S3 tests run moto's server (the 'test' extra)")
-    import fsspec
+    with moto_s3() as options:
+        import fsspec
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"key": "testing", "secret": "testing", "endpoint_url": f"http://{host}:{port}"}
-    fs = fsspec.filesystem("s3", skip_instance_cache=True, **options)
-    fs.mkdir("beton-test")
-    _, _, path = served
-    fs.put_file(path, "beton-test/data.beton")
-    yield "s3://beton-test/data.beton", options, path
-    server.stop()
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **options)
+        fs.mkdir("beton-test")
+        _, _, path = served
+        fs.put_file(path, "beton-test/data.beton")
+        yield "s3://beton-test/data.beton", options, path
 
 
 def test_reader_and_loader_over_s3(s3):

@@ -30,6 +30,7 @@ from beton.storage.remote.http import redirect_allowed  # noqa: E402
 from beton.tools.cli import main as cli  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402
 from hostile_server import Attack, HostileServer  # noqa: E402
+from processes import moto_s3  # noqa: E402
 
 FAST = RemoteOptions(retries=2, backoff=0.001, max_backoff=0.01, timeout=5.0)
 FAST_FLAGS = ["--retries", "2", "--backoff", "0.001", "--max-backoff", "0.01"]
@@ -327,15 +328,11 @@ def test_an_s3_body_longer_than_its_range_is_cut_at_the_range(length):
 
 
 def test_s3_reads_go_through_the_streamed_get_object(tmp_path):
-    s3fs = pytest.importorskip("s3fs", reason="s3:// needs s3fs (the 'remote' extra)")
-    moto_server = pytest.importorskip("moto.server", reason="the S3 tests run moto's server (the 'test' extra)")
     from beton.storage.remote.fetch import RangeFetcher
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {"key": "testing", "secret": "testing", "endpoint_url": f"http://{host}:{port}"}
+    with moto_s3() as options:
+        import s3fs
+
         store = s3fs.S3FileSystem(skip_instance_cache=True, **options)
         store.mkdir("bounds")
         store.pipe_file("bounds/blob", bytes(range(256)) * 40)
@@ -344,5 +341,3 @@ def test_s3_reads_go_through_the_streamed_get_object(tmp_path):
         assert fetcher.fetch(300, 1300, "a range") == (bytes(range(256)) * 40)[300:1300]
         with pytest.raises(ShardNotFoundError):
             RangeFetcher("s3://bounds/missing", dataclasses.replace(FAST, storage_options=options))
-    finally:
-        server.stop()

@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from conftest import mixed_sample
+from processes import alive, wait_for
 
 
 def run(*arguments):
@@ -261,23 +261,6 @@ def slow_encode(spec, dataset, chunk):
 writer.encode_chunk = slow_encode
 sys.exit(main(sys.argv[2:]))
 """
-
-
-def alive(pid):
-    """Whether the process exists and is not a zombie (an orphan that init has not reaped yet is one)."""
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def wait_for(condition, timeout):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="checks processes through /proc")
