@@ -30,3 +30,19 @@ def test_the_table_lists_the_common_paths():
 def test_ffcv_name_imports_from_beton(module, name):
     beton_module = importlib.import_module("beton" + module[len("ffcv"):])
     assert hasattr(beton_module, name), f"from {beton_module.__name__} import {name} fails"
+
+
+def test_the_names_real_programs_import_are_what_ffcv_says():
+    """Paths from FFCV's documentation examples and real projects, beyond the table's modules' main names."""
+    import typing
+
+    from beton.fields.basics import BasicDecoder, FloatDecoder, IntDecoder
+    from beton.loader.loader import ORDER_TYPE, OrderOption
+    from beton.pipeline.allocation_query import AllocationQuery as Query
+    from beton.pipeline.operation import AllocationQuery
+    from beton.traversal_order import Random, TraversalOrder
+
+    assert AllocationQuery is Query
+    assert issubclass(IntDecoder, BasicDecoder) and issubclass(FloatDecoder, BasicDecoder)
+    allowed = typing.get_args(ORDER_TYPE)
+    assert OrderOption in allowed and isinstance(Random, allowed) and isinstance(TraversalOrder, allowed)

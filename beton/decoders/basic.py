@@ -7,7 +7,7 @@ decoders give Python objects of their exact stored length.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numba
 import numpy as np
@@ -21,7 +21,7 @@ from beton.errors import DecodeError, error_context
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, State
 
-__all__ = ["IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
+__all__ = ["BasicDecoder", "IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -36,31 +36,38 @@ def _copy_payload_kernel(src, dst, i, sample, key, args):
 
 
 @dataclasses.dataclass(frozen=True)
-class IntDecoder(JitOperation):
-    """IntField -> int64 per sample."""
+class BasicDecoder(JitOperation):
+    """The decoders of one number per sample (FFCV's ``BasicDecoder``, the base of its int and float decoders):
+    each sample's stored value, as the subclass's dtype. A subclass names the field it reads and that dtype."""
 
     is_decoder = True
+    field_class: ClassVar[str] = ""  # the stored field's class path, for the check in output_state
+    dtype: ClassVar[np.dtype] = np.dtype(np.int64)
 
     def output_state(self, previous: Any) -> State:
-        require_field(self, previous, "beton.fields.scalar.IntField")
-        return State((), np.dtype(np.int64))
+        if not self.field_class:
+            raise TypeError(f"{type(self).__name__} is abstract: use IntDecoder or FloatDecoder")
+        require_field(self, previous, self.field_class)
+        return State((), self.dtype)
 
     def kernel(self) -> Any:
         return _scalar_kernel
 
 
 @dataclasses.dataclass(frozen=True)
-class FloatDecoder(JitOperation):
+class IntDecoder(BasicDecoder):
+    """IntField -> int64 per sample."""
+
+    field_class: ClassVar[str] = "beton.fields.scalar.IntField"
+    dtype: ClassVar[np.dtype] = np.dtype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatDecoder(BasicDecoder):
     """FloatField -> float64 per sample."""
 
-    is_decoder = True
-
-    def output_state(self, previous: Any) -> State:
-        require_field(self, previous, "beton.fields.scalar.FloatField")
-        return State((), np.dtype(np.float64))
-
-    def kernel(self) -> Any:
-        return _scalar_kernel
+    field_class: ClassVar[str] = "beton.fields.scalar.FloatField"
+    dtype: ClassVar[np.dtype] = np.dtype(np.float64)
 
 
 @dataclasses.dataclass(frozen=True)

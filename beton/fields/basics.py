@@ -1,6 +1,7 @@
-"""FFCV's import path ``ffcv.fields.basics``: the scalar fields and their decoders."""
+"""FFCV's import path ``ffcv.fields.basics``: the scalar fields, their decoders and the decoders' base,
+``BasicDecoder``."""
 
-from beton.decoders.basic import FloatDecoder, IntDecoder
+from beton.decoders.basic import BasicDecoder, FloatDecoder, IntDecoder
 from beton.fields.scalar import FloatField, IntField
 
-__all__ = ["IntField", "FloatField", "IntDecoder", "FloatDecoder"]
+__all__ = ["IntField", "FloatField", "IntDecoder", "FloatDecoder", "BasicDecoder"]

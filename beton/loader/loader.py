@@ -14,7 +14,7 @@ import secrets
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import numpy as np
 import torch
@@ -37,7 +37,12 @@ from beton.storage.remote import RemoteOptions, is_url
 from beton.dataset.shards import Source, names_one_file
 from beton.threading_layer import ensure_thread_safe_layer
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "ORDER_TYPE"]
+
+#: What ``Loader(order=...)`` takes (FFCV's ``ORDER_TYPE``): an :class:`OrderOption`, an :class:`Order` instance, or
+#: a class - an Order subclass or a subclass of FFCV's ``TraversalOrder`` (:mod:`beton.traversal_order`; named as
+#: ``type`` here because the loader sits below the FFCV layer and never imports it).
+ORDER_TYPE = Union[OrderOption, Order, type]
 
 
 class Loader:
@@ -122,7 +127,7 @@ class Loader:
         batch_size: int,
         num_workers: int = -1,
         os_cache: bool | None = None,
-        order: OrderOption | Order | None = None,
+        order: ORDER_TYPE | None = None,
         distributed: bool = False,
         seed: int | None = None,
         indices: Sequence[int] | np.ndarray | None = None,

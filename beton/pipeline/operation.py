@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from beton.errors import PipelineError
+from beton.pipeline.allocation_query import AllocationQuery  # re-exported: FFCV's examples import it from here
 from beton.pieces import Pieces
 from beton.random import batch_rng
 
@@ -52,6 +53,7 @@ __all__ = [
     "BatchOperation",
     "BatchContext",
     "Scratch",
+    "AllocationQuery",
 ]
 
 
