@@ -101,7 +101,8 @@ class ShardedDataset:
 
     Attributes, as a Reader's: ``path`` (a description: the manifest file, the glob, or the first file and how many
     more), ``num_samples``, ``fields``, ``descriptors``, ``data_table``, ``allocation_table`` (offsets in the virtual
-    address space), ``page_size``, ``num_pages``, ``heap_offset``, ``heap_size``, ``page_ends``. Its own:
+    address space), ``handlers`` and ``alloc_table`` (FFCV's names for ``fields`` and ``allocation_table``),
+    ``page_size``, ``num_pages``, ``heap_offset``, ``heap_size``, ``page_ends``. Its own:
     ``manifest`` (the shards in order, their global ranges), ``readers`` (each shard's open Reader),
     ``first_page`` (int64, ``len(shards) + 1``: shard k's pages are virtual pages ``first_page[k]`` to
     ``first_page[k + 1]``) and ``shifts`` (virtual offset minus the shard's own offset, per shard).
@@ -181,6 +182,18 @@ class ShardedDataset:
     @property
     def field_names(self) -> list[str]:
         return list(self.descriptors)
+
+    @property
+    def handlers(self) -> dict[str, Any]:
+        """FFCV's name for :attr:`fields`: field name -> field object (``loader.reader.handlers["mask"].shape``)."""
+        return self.fields
+
+    @property
+    def alloc_table(self) -> np.ndarray:
+        """FFCV's name for :attr:`allocation_table`. Its layout is beton's, not FFCV's: one row per sample and one
+        column per payload field, each entry ``(offset, size)`` with offsets in the union's virtual address space;
+        FFCV's is one flat row per allocation, ``(sample_id, ptr, size)``."""
+        return self.allocation_table
 
     def __len__(self) -> int:
         return self.num_samples

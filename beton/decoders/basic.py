@@ -21,7 +21,8 @@ from beton.errors import DecodeError, error_context
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, State
 
-__all__ = ["BasicDecoder", "IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder", "JSONDecoder"]
+__all__ = ["BasicDecoder", "IntDecoder", "FloatDecoder", "NDArrayDecoder", "TorchTensorDecoder", "BytesDecoder",
+           "JSONDecoder"]
 
 
 @numba.njit(nogil=True, cache=True)

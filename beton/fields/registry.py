@@ -3,7 +3,9 @@
 A ``.beton`` file is untrusted input, so the type name it stores is never imported. A reader instantiates a
 field only from a class the program vouched for:
 
-1. ``custom_fields=`` given to the Reader or Loader (by field name, then by stored type name);
+1. ``custom_fields=`` given to the Reader or Loader (by field name, then by stored type name); a field instance
+   given there stands for its class (FFCV programs pass instances, and FFCV uses only the class): the stored
+   arguments build the field, never the instance's own;
 2. beton's own fields;
 3. classes registered in this process with :func:`register` (``beton.fields.register(AudioField)``);
 4. classes that installed packages declare in the ``beton.fields`` entry-point group, whose entry name is
@@ -111,7 +113,9 @@ class FieldClasses:
 
     def __init__(self, builtins: Mapping[str, type[Field]], custom_fields: Mapping[str, type[Field]] | None) -> None:
         self._builtins = dict(builtins)
-        self._custom = dict(custom_fields or {})
+        # an instance stands for its class: the file's stored arguments build the field, as for a class
+        self._custom = {key: type(value) if isinstance(value, Field) else value
+                        for key, value in (custom_fields or {}).items()}
         self._registered = registered_fields()
         self._entry_points: dict[str, importlib_metadata.EntryPoint] = {}
         for entry in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -139,7 +143,8 @@ class FieldClasses:
 
 def _check_field_class(candidate: object, type_name: str) -> type[Field]:
     if not (isinstance(candidate, type) and issubclass(candidate, Field)):
-        raise FieldError(f"{candidate!r} given for field type {type_name!r} is not a Field subclass")
+        raise FieldError(f"{candidate!r} given for field type {type_name!r} is not a Field subclass (nor a field "
+                         "instance, which stands for its class)")
     return candidate
 
 

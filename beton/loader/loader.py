@@ -22,6 +22,7 @@ import torch
 from beton._cores import resolve_workers
 from beton.errors import PipelineError, ResumeError
 from beton.fields.base import Field
+from beton.fields.scalar import FloatField, IntField
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
 from beton.loader.options import CompileOptions, resolve_memory
 from beton.loader.pipelines import check_pipelines, resolve_pipelines
@@ -74,7 +75,8 @@ class Loader:
         indices: the subset of samples to load (in this order for SEQUENTIAL).
         pipelines: field name -> list of operations; a missing field gets its default decoder and
             ToTensor; ``None`` drops the field.
-        custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`).
+        custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`); an
+            instance, as FFCV programs pass, stands for its class (the file's stored arguments build the field).
         drop_last: drop the last partial batch (default False: partial batches are delivered).
         batches_ahead: batches prepared ahead of the training loop.
         recompile: accepted for FFCV compatibility: an operation changed between epochs (``decoder.output_size =
@@ -293,12 +295,16 @@ class Loader:
     def filter(self, field_name: str, condition: Callable[[Any], bool]) -> Loader:
         """A new Loader, configured as this one (same seed), over the selected samples whose stored value of
         ``field_name`` satisfies ``condition`` (FFCV's ``Loader.filter``); e.g. ``loader.filter("label",
-        lambda y: y < 5)``. Reads each selected sample's value of that field once."""
+        lambda y: y < 5)``. Reads each selected sample's value of that field once.
+
+        The condition gets what FFCV's gives it: for an int or float field, a numpy array of shape (1,) (int64,
+        float64), so that both ``lambda y: y[0] < 5`` (FFCV's spelling) and ``lambda y: y < 5`` work; for
+        any other field, the field's Python value (``Reader[i]``'s)."""
         if field_name not in self.reader.fields:
             raise PipelineError(f"filter: no field {field_name!r}; fields are {list(self.reader.fields)}")
         field, column = self.reader.fields[field_name], self.reader.data_table[field_name]
         kept = [int(i) for i in self.indices
-                if condition(field.to_python(column[i], self.reader.payload(int(i), field_name)))]
+                if condition(_filter_value(field, column[i], self.reader.payload(int(i), field_name)))]
         return Loader(**{**self._arguments, "indices": np.asarray(kept, dtype=np.int64), "seed": self.seed})
 
     def set_fidelity(self, scans: int | None) -> None:
@@ -439,6 +445,15 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def _filter_value(field: Field, record: np.void, payload: np.ndarray | None) -> Any:
+    """One sample's value as ``Loader.filter`` hands it to the condition: FFCV's decoders give a scalar field's
+    samples the shape (1,), and FFCV's filter passes them so."""
+    value = field.to_python(record, payload)
+    if isinstance(field, (IntField, FloatField)):
+        return np.array([value], dtype=field.metadata_dtype["value"].newbyteorder("="))
+    return value
 
 
 def _rebuilt(arguments: Mapping[str, Any], state: Mapping[str, Any]) -> Loader:

@@ -71,6 +71,7 @@ class Reader:
         data_table: read-only memory-mapped structured array, one record per sample
         allocation_table: read-only (num_samples, num_payload_fields) array of (offset, size)
         page_checksums: stored CRC32 of every page
+        handlers, alloc_table: FFCV's names for ``fields`` and ``allocation_table`` (the layout is beton's)
 
     ``reader[i]`` decodes sample i into a tuple of Python values (for inspection and tests; the Loader is the
     fast path). Use as a context manager or call :meth:`close` to release the memory map.
@@ -249,6 +250,18 @@ class Reader:
     @property
     def field_names(self) -> list[str]:
         return list(self.descriptors)
+
+    @property
+    def handlers(self) -> dict[str, Any]:
+        """FFCV's name for :attr:`fields`: field name -> field object (``loader.reader.handlers["mask"].shape``)."""
+        return self.fields
+
+    @property
+    def alloc_table(self) -> np.ndarray:
+        """FFCV's name for :attr:`allocation_table`. Its layout is beton's, not FFCV's: one row per sample and one
+        column per payload field, each entry ``(offset, size)``; FFCV's is one flat row per allocation,
+        ``(sample_id, ptr, size)``."""
+        return self.allocation_table
 
     def __len__(self) -> int:
         return self.num_samples
