@@ -32,8 +32,10 @@ def _poison_kernel(src, dst, i, sample, key, args):
 @dataclasses.dataclass(frozen=True, eq=False)
 class Poison(JitOperation):
     """Samples whose dataset index is in ``indices`` become ``(1 - alpha) * image + alpha * mask``, clamped to
-    ``clamp`` and truncated to uint8; the others pass unchanged. ``mask`` has the images' HxWxC shape; ``alpha``
-    is a number or an array broadcastable to it."""
+    ``clamp`` and truncated to uint8; the others pass unchanged. ``mask`` has the images' HxWxC shape or one
+    numpy broadcasts to it (HxWx1, a colour of C values, a number), or is a grayscale HxW mask, the same for every
+    channel (where W equals C, an HxW mask is grayscale, not per-channel); ``alpha`` is a number or an array taken
+    likewise: FFCV's is an HxW opacity per pixel, the same for every channel."""
 
     mask: np.ndarray
     alpha: float | np.ndarray
@@ -42,7 +44,9 @@ class Poison(JitOperation):
 
     def output_state(self, previous: Any) -> State:
         state = require_uint8_images(self, previous)
-        state.require(np.shape(self.mask) == tuple(state.shape), self, f"images of the mask's shape {np.shape(self.mask)}")
+        shape = tuple(state.shape)
+        state.require(_fits(np.shape(self.mask), shape) and _fits(np.shape(self.alpha), shape), self,
+                      f"images the mask {np.shape(self.mask)} and alpha {np.shape(self.alpha)} broadcast to")
         return state
 
     def in_place(self, previous: State) -> bool:
@@ -57,7 +61,24 @@ class Poison(JitOperation):
                 f"clamp={self.clamp})")
 
     def kernel_arguments(self, previous: Any) -> tuple:
-        mask = np.ascontiguousarray(self.mask, dtype=np.float32)
-        alpha = np.ascontiguousarray(np.broadcast_to(np.asarray(self.alpha, np.float32), mask.shape))
+        shape = tuple(previous.shape)
+        mask = np.ascontiguousarray(_per_pixel(np.asarray(self.mask, np.float32), shape))
+        alpha = np.ascontiguousarray(_per_pixel(np.asarray(self.alpha, np.float32), shape))
         return (chosen_indices(self.indices), mask, alpha,
                 np.float32(self.clamp[0]), np.float32(self.clamp[1]))
+
+
+def _per_pixel(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` for every pixel and channel of an HxWxC image: a grayscale HxW array is given a channel axis,
+    anything else broadcasts as numpy does."""
+    if values.ndim == 2 and values.shape == shape[:2]:
+        values = values[:, :, None]
+    return np.broadcast_to(values, shape)
+
+
+def _fits(values_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    try:
+        _per_pixel(np.empty(values_shape, np.float32), shape)
+    except ValueError:
+        return False
+    return True

@@ -331,6 +331,46 @@ def test_poison_blends_the_mask_into_chosen_samples(tile_file):
     check(tile_file, Poison(mask, 0.3, sorted(chosen)), reference, tolerance=1)
 
 
+@pytest.mark.parametrize("mask_shape", [(HEIGHT, WIDTH), (HEIGHT, WIDTH, 1)], ids=["grayscale HxW", "HxWx1"])
+def test_poison_spreads_a_one_channel_mask_over_every_channel(tile_file, mask_shape):
+    from beton.transforms import Poison
+
+    mask = np.zeros(mask_shape, np.uint8)
+    mask[2:5, 3:7] = 200
+    per_channel = np.broadcast_to(mask.reshape(HEIGHT, WIDTH, 1), (HEIGHT, WIDTH, 3)).astype(np.float64)
+    chosen = {0, 3, 7}
+
+    def reference(image, sample):
+        if sample not in chosen:
+            return image
+        return np.clip(0.5 * image + 0.5 * per_channel, 0, 255).astype(np.uint8)
+
+    check(tile_file, Poison(mask, 0.5, sorted(chosen)), reference, tolerance=1)
+
+
+def test_poison_takes_ffcvs_per_pixel_alpha_of_the_images_height_and_width(tile_file):
+    from beton.transforms import Poison
+
+    mask = np.full((HEIGHT, WIDTH, 3), 240, np.uint8)
+    alpha = np.zeros((HEIGHT, WIDTH), np.float32)  # FFCV's alpha: one opacity per pixel, for every channel
+    alpha[1:6, 2:9] = 0.75
+
+    def reference(image, sample):
+        if sample != 5:
+            return image
+        opacity = alpha[:, :, None].astype(np.float64)
+        return np.clip((1 - opacity) * image + opacity * mask, 0, 255).astype(np.uint8)
+
+    check(tile_file, Poison(mask, alpha, [5]), reference, tolerance=1)
+
+
+def test_poison_refuses_a_mask_that_fits_no_image(tile_file):
+    from beton.transforms import Poison
+
+    with pytest.raises(PipelineError, match="broadcast to"):
+        check(tile_file, Poison(np.zeros((HEIGHT + 1, WIDTH), np.uint8), 0.5, [0]), lambda image, sample: image)
+
+
 def test_mixup_to_one_hot_matches_the_label_mixup_rows(tile_file):
     from beton.transforms import MixupToOneHot
 
