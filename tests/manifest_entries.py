@@ -1,5 +1,5 @@
 """Hostile shard entries in manifest files (issue #25 item 2), as a table: the tests
-(``tests/storage/test_manifest_entries.py``) and the attack script (``benchmarks/hostile_manifests.py``) both run
+(``tests/dataset/test_manifest_entries.py``) and the attack script (``benchmarks/hostile_manifests.py``) both run
 it, against the same sandbox (:func:`make_sandbox`).
 
 An entry is a template: ``{outside}`` is a directory beside the manifest's (holding ``outside.beton``, a real shard,
