@@ -248,6 +248,8 @@ class _EpochState:
 
     def publish(self, batch: int, ok: bool, value: Any) -> None:
         with self.condition:
+            if self.stop:  # the epoch was ended: what a batch cut short raised (its pages gone) is nobody's result
+                return
             self.results[batch] = (ok, value)
             if not ok:
                 self.next_batch = self.end  # start nothing more
@@ -322,11 +324,16 @@ class EpochIterator:
             # Results and liveness are read under one hold of the lock: a worker publishes under it, so a worker
             # found dead here has published everything it ever will before the results were read.
             while batch not in state.results:
+                if state.ended_by is not None or state.stop:
+                    break  # ended from another thread while waiting (Loader.close(), another iter())
                 if not any(thread.is_alive() for thread in self._threads):
                     raise LoaderError(f"beton's worker threads ended without producing batch {batch} of epoch "
                                       f"{self.epoch} (a bug in beton: please report it)")
                 state.condition.wait(_WAIT_SECONDS)
-            ok, value = state.results.pop(batch)
+            found = None if state.ended_by is not None or state.stop else state.results.pop(batch)
+        if found is None:
+            return self.__next__()  # raises as the ended epoch says
+        ok, value = found
         if not ok:
             self.close()
             raise value

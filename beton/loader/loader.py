@@ -207,7 +207,7 @@ class Loader:
         self._resumed: tuple[Interruption, ...] = ()
         self._progress: Progress | None = None  # the latest epoch's, kept after its iterator is gone
         self._progress_resumed: tuple[Interruption, ...] = ()  # and the earlier plans it went on from
-        self._order_cache: tuple[tuple, np.ndarray] | None = None  # (what it was computed for, the global order)
+        self._order_cache: tuple[Order, tuple, np.ndarray] | None = None  # (order, what for, the global order)
         self._identity_cache: Identity | None = None
 
     def _compile_pipelines(self) -> None:
@@ -252,11 +252,12 @@ class Loader:
         if first is not None:
             context = dataclasses.replace(context, world_size=first.world_size, batch_size=first.batch_size,
                                           drop_last=first.drop_last)
-        key = (self.order, self.seed, epoch, context.world_size, context.batch_size, context.drop_last)
-        if self._order_cache is None or self._order_cache[0] != key:
+        key = (self.seed, epoch, context.world_size, context.batch_size, context.drop_last)
+        cached = self._order_cache
+        if cached is None or cached[0] is not self.order or cached[1] != key:  # ``is``: an order may hold arrays
             permutation = self.order.permutation(self.indices, self.seed, epoch, context)
-            self._order_cache = (key, np.asarray(permutation, dtype=np.int64))
-        return self._order_cache[1]
+            cached = self._order_cache = (self.order, key, np.asarray(permutation, dtype=np.int64))
+        return cached[2]
 
     @property
     def metadata(self) -> dict[str, Any]:

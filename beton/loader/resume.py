@@ -78,8 +78,6 @@ class ResumeState:
         unknown = sorted(set(state) - set(_KEYS))
         if unknown:
             raise ResumeError(f"the state has keys a Loader's state_dict() does not write: {unknown}")
-        plan = Interruption(_count(state, "world_size", 1), _count(state, "batch_size", 1),
-                            _flag(state, "drop_last"), _count(state, "position"))
         resumed = state["resumed"]
         if not isinstance(resumed, (list, tuple)) or not all(
                 isinstance(cut, (list, tuple)) and len(cut) == len(_CUT_KEYS) for cut in resumed):

@@ -357,10 +357,12 @@ def remove_stale_temporaries(path: str) -> list[str]:
     holds locked. A concurrent writer's file is locked, and kept. Never raises for a file it cannot open, lock or
     remove (another user's, say): the write goes on, the file stays."""
     directory, name = os.path.split(os.path.abspath(path))
-    pattern = re.compile(re.escape(name) + r"\.tmp-[0-9]+-[0-9a-f]{8}")
+    pattern = re.compile(re.escape(name) + r"\.tmp-([0-9]+)-[0-9a-f]{8}")
     removed = []
-    try:
-        entries = [entry.name for entry in os.scandir(directory) if pattern.fullmatch(entry.name)]
+    try:  # this process's own files are live: where flock is emulated by POSIX locks (NFS), which belong to the
+        # process, another thread's write would get the lock at once
+        entries = [entry.name for entry in os.scandir(directory)
+                   if (match := pattern.fullmatch(entry.name)) and int(match[1]) != os.getpid()]
     except OSError:
         return removed
     for entry in entries:

@@ -154,3 +154,33 @@ def test_the_threading_layer_is_chosen_explicitly(image_file, environment, expec
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [environment or "default", expected]
+
+
+@pytest.mark.parametrize("ending", ["close", "another epoch"])
+def test_an_epoch_ended_from_another_thread_while_the_loop_waits_raises_why(image_file, ending):
+    """The loop waits in next() for a page read slowly; another thread closes the Loader or starts an epoch."""
+    from beton.errors import LoaderError
+    from beton.memory import ProcessCache
+
+    loader = Loader(image_file, batch_size=8, num_workers=1, memory=ProcessCache(read_bandwidth=2000))  # 1 KiB pages
+    iterator = iter(loader)
+    raised: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            next(iterator)
+        except BaseException as error:  # noqa: BLE001 - what the loop saw is the test's result
+            raised.append(error)
+
+    waiting = threading.Thread(target=loop)
+    waiting.start()
+    time.sleep(0.2)  # the first pages take about half a second to arrive
+    if ending == "close":
+        loader.close()
+    else:
+        iter(loader)
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], LoaderError), raised
+    assert ("the Loader was closed" if ending == "close" else "started another epoch") in str(raised[0])
+    loader.close()

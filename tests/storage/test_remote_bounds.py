@@ -246,6 +246,22 @@ def test_a_redirect_to_another_port_is_refused_by_default_and_followed_when_allo
     assert elsewhere.requests() > 0
 
 
+@pytest.mark.parametrize("credentials", [{"headers": {"Authorization": "Bearer secret"}},
+                                         {"client_kwargs": {"headers": {"Cookie": "session=secret"}}},
+                                         {"client_kwargs": {"auth": "basic"}}],
+                         ids=["header", "session-cookie", "session-auth"])
+def test_credentials_never_follow_a_redirect_to_another_origin(server, elsewhere, credentials):
+    import aiohttp
+
+    if credentials.get("client_kwargs", {}).get("auth") == "basic":
+        credentials = {"client_kwargs": {"auth": aiohttp.BasicAuth("user", "secret")}}
+    server.attacks.append(Attack("redirect", times=100, location=elsewhere.url("{name}")))
+    options = dataclasses.replace(FAST, redirects="any", storage_options=credentials)
+    with pytest.raises(StorageError, match="credentials are configured") as caught:
+        beton.Reader(server.url("data.beton"), remote=options)
+    assert elsewhere.url("data.beton") in str(caught.value) and elsewhere.requests() == 0
+
+
 def test_a_same_origin_redirect_is_followed_unless_redirects_are_off(server, hosted):
     server.attacks.append(Attack("redirect", times=100, name="alias.beton", location="/data.beton"))
     with beton.Reader(server.url("alias.beton"), remote=FAST) as reader:

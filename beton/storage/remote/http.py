@@ -91,6 +91,11 @@ async def _open(session: Any, fs: Any, method: str, url: str, headers: dict[str,
     base = {**dict(keywords.pop("headers", None) or {}), **headers, "Accept-Encoding": "identity"}
     current = url
     for _ in range(MAX_REDIRECTS + 1):
+        if origin(current) != origin(url) and _has_credentials(fs):
+            raise AnswerError(
+                f"{url} redirects to {current}, another origin, and credentials are configured for the file system "
+                "(auth, cookies or an Authorization header): beton does not send them elsewhere; read "
+                f"{current} directly", transient=False)
         sent = base if origin(current) == origin(url) else {
             name: value for name, value in base.items() if name.lower() not in _PRIVATE_HEADERS}
         response = await session.request(method, fs.encode_url(current), headers=sent, allow_redirects=False,
@@ -110,6 +115,16 @@ async def _open(session: Any, fs: Any, method: str, url: str, headers: dict[str,
                 status=response.status)
         current = target
     raise AnswerError(f"more than {MAX_REDIRECTS} redirects from {url} (the last to {current})", transient=False)
+
+
+def _has_credentials(fs: Any) -> bool:
+    """Whether fsspec's HTTP file system would send credentials with every request: ``auth``/``cookies`` among
+    its request arguments, or in its session's (``client_kwargs``), or a private header in either."""
+    requests, session = dict(fs.kwargs), dict(fs.client_kwargs)
+    headers = {**dict(session.get("headers") or {}), **dict(requests.get("headers") or {})}
+    return any(value for settings in (requests, session) for name, value in settings.items()
+               if name in ("auth", "cookies", "cookie_jar")) or any(
+        name.lower() in _PRIVATE_HEADERS for name in headers)
 
 
 _POLICIES = {"same-origin": "only redirects to the same scheme, host and port", "none": "no redirects",
