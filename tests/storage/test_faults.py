@@ -315,7 +315,12 @@ def test_temporary_files_are_left_alone_unless_their_name_is_ours_and_nobody_loc
                                                     [live, *others, f"{target}.tmp-2-0123abcd"])
     finally:
         os.close(handle)
-    assert remove_stale_temporaries(target) == [live]  # its descriptor closed: now it is a dead writer's
+    # its descriptor closed, but named by this very process: never taken for a dead writer's (where flock is
+    # emulated by POSIX locks, another thread of this process would get the lock of a live write at once)
+    assert remove_stale_temporaries(target) == []
+    orphan = live.replace(f".tmp-{os.getpid()}-", ".tmp-1-")
+    os.rename(live, orphan)  # as a writer of another process would have left it
+    assert remove_stale_temporaries(target) == [orphan]
 
 
 def test_the_sigterm_handler_exists_only_during_a_write_and_only_when_sigterm_would_kill(tmp_path):
