@@ -345,6 +345,16 @@ class _Run:
         raise Failure("extra batch", f"after {len(expected)} batches: {np.asarray(extra[0]).tolist()}")
 
 
+def _expect_ended(iterator: Any, position: int, length: int, failure: str) -> None:
+    """An iterator its Loader ended before its last batch must raise LoaderError, not go on or stop quietly."""
+    if position < length:
+        try:
+            next(iterator)
+        except LoaderError:
+            return
+        raise Failure(failure, f"after {position} of {length} batches")
+
+
 def _alive(prefix: str) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name.startswith(prefix)]
 
@@ -376,25 +386,13 @@ def run_epoch(run: _Run, plan: EpochPlan) -> None:
             pass
     elif plan.action == "supersede":
         second, expected_next = run.start(loader)
-        if position < len(expected):
-            try:
-                next(iterator)
-            except LoaderError:
-                pass
-            else:
-                raise Failure("superseded iterator went on", f"after {position} of {len(expected)} batches")
+        _expect_ended(iterator, position, len(expected), "superseded iterator went on")
         run.finish(second, expected_next, 0, plan, [])
         del second
     elif plan.action == "close":
         loader.close()
         run.loader = None
-        if position < len(expected):
-            try:
-                next(iterator)
-            except LoaderError:
-                pass
-            else:
-                raise Failure("closed loader's iterator went on", f"after {position} of {len(expected)} batches")
+        _expect_ended(iterator, position, len(expected), "closed loader's iterator went on")
         if _alive("beton-page-reader"):
             raise Failure("page reader alive after close", f"{_alive('beton-page-reader')}")
     elif plan.action == "cycle":

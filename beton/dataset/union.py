@@ -49,7 +49,7 @@ from beton.fields.base import Field
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
 from beton.storage.page_source import PageSource
-from beton.storage.reader import Reader
+from beton.storage.reader import Reader, TableNames
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
 from beton.dataset.shards import Source, dataset_manifest, names_one_file
@@ -96,7 +96,7 @@ def open_page_source(dataset: OpenedDataset) -> PageSource:
     return page_source.open_page_source(dataset)
 
 
-class ShardedDataset:
+class ShardedDataset(TableNames):
     """Several beton files as one, in the shape of a :class:`~beton.storage.reader.Reader` (module docstring).
 
     Attributes, as a Reader's: ``path`` (a description: the manifest file, the glob, or the first file and how many
@@ -178,22 +178,6 @@ class ShardedDataset:
                 raise locate(ShardError(f"shard {number}'s file-level metadata differs from shard 0's at key {key!r}: "
                                         "a dataset of several files has the metadata they share"), path=reader.path)
         return first
-
-    @property
-    def field_names(self) -> list[str]:
-        return list(self.descriptors)
-
-    @property
-    def handlers(self) -> dict[str, Any]:
-        """FFCV's name for :attr:`fields`: field name -> field object (``loader.reader.handlers["mask"].shape``)."""
-        return self.fields
-
-    @property
-    def alloc_table(self) -> np.ndarray:
-        """FFCV's name for :attr:`allocation_table`. Its layout is beton's, not FFCV's: one row per sample and one
-        column per payload field, each entry ``(offset, size)`` with offsets in the union's virtual address space;
-        FFCV's is one flat row per allocation, ``(sample_id, ptr, size)``."""
-        return self.allocation_table
 
     def __len__(self) -> int:
         return self.num_samples

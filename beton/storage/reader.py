@@ -38,7 +38,7 @@ from beton.fields.base import Field, UnknownField
 from beton.fields.registry import FieldClasses, field_from_arguments, unregistered_reason
 from beton.storage.remote import RemoteFile, RemoteOptions, is_url, remote_or_default
 
-__all__ = ["Reader", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
+__all__ = ["Reader", "TableNames", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
 
 TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
 #: Tables of a version-2 file: version 1's, then the metadata table.
@@ -60,7 +60,31 @@ class FieldDescriptor:
         return self.payload_column != fmt.NO_PAYLOAD
 
 
-class Reader:
+class TableNames:
+    """Names an opened dataset (one file, or several as one) derives from its tables, FFCV's among them."""
+
+    descriptors: dict[str, Any]
+    fields: dict[str, Any]
+    allocation_table: np.ndarray
+
+    @property
+    def field_names(self) -> list[str]:
+        return list(self.descriptors)
+
+    @property
+    def handlers(self) -> dict[str, Any]:
+        """FFCV's name for :attr:`fields`: field name -> field object (``loader.reader.handlers["mask"].shape``)."""
+        return self.fields
+
+    @property
+    def alloc_table(self) -> np.ndarray:
+        """FFCV's name for :attr:`allocation_table`. Its layout is beton's, not FFCV's: one row per sample and one
+        column per payload field, each entry ``(offset, size)`` (for several files, offsets in their joint
+        address space); FFCV's is one flat row per allocation, ``(sample_id, ptr, size)``."""
+        return self.allocation_table
+
+
+class Reader(TableNames):
     """A validated, read-only view of a .beton file.
 
     Attributes:
@@ -246,22 +270,6 @@ class Reader:
         """The file-level metadata (``DatasetWriter(..., metadata=...)``) as a new dict: changing it changes
         nothing else. Empty for files written without metadata and for FFCV files."""
         return decode_metadata(self._metadata_json)
-
-    @property
-    def field_names(self) -> list[str]:
-        return list(self.descriptors)
-
-    @property
-    def handlers(self) -> dict[str, Any]:
-        """FFCV's name for :attr:`fields`: field name -> field object (``loader.reader.handlers["mask"].shape``)."""
-        return self.fields
-
-    @property
-    def alloc_table(self) -> np.ndarray:
-        """FFCV's name for :attr:`allocation_table`. Its layout is beton's, not FFCV's: one row per sample and one
-        column per payload field, each entry ``(offset, size)``; FFCV's is one flat row per allocation,
-        ``(sample_id, ptr, size)``."""
-        return self.allocation_table
 
     def __len__(self) -> int:
         return self.num_samples
