@@ -217,7 +217,8 @@ class Loader:
         stored = {name: StoredField.of(self.reader, name) for _, name, _, _ in outputs}
         options = self.compile_options
         self.plan: Plan = build_plan(outputs, options.kernel_cache_dir or default_cache_dir(), options.fuse_stages,
-                                     {name: field.metadata for name, field in stored.items()})
+                                     {name: field.metadata for name, field in stored.items()},
+                                     self._order_context.lengths)
         previous = self._engine
         self._engine = EpochEngine(
             self.plan, [stored[name] for name in self.plan.field_names], self.memory, batch_size=self.batch_size,
@@ -414,6 +415,12 @@ class Loader:
     def explain(self) -> str:
         """The stages, their generated source and the output states."""
         return self.plan.explain()
+
+    @property
+    def code(self) -> Plan:
+        """FFCV's ``loader.code``: what the epochs run, here the compiled plan (its source: :meth:`explain`). The
+        same object from epoch to epoch until an operation changes; ``recompile=True`` replans nothing more."""
+        return self.plan
 
     @property
     def memory_counters(self) -> dict[str, int]:

@@ -271,7 +271,7 @@ def test_grouped_records_keep_other_payload_fields_intact(tmp_path):
             image, stored = reader[i]
             assert stored == blob and psnr(image, photo) > 30
     with Loader(path, batch_size=3, os_cache=False, pipelines={"image": [CenterCropRGBImageDecoder((16, 16), fidelity=1)],
-                                                               "blob": [BytesDecoder()]}) as loader:
+                                                               "blob": [BytesDecoder(exact=True)]}) as loader:
         assert [bytes(b) for _, batch in loader for b in batch] == blobs
 
 

@@ -317,7 +317,7 @@ def test_bytes_and_json_decoders_keep_exact_lengths(tmp_path):
     path = write(tmp_path / "bj.beton", fields, samples, page_size=256)
     for os_cache in (True, False):
         with Loader(path, batch_size=3, num_workers=2, os_cache=os_cache,
-                    pipelines={"b": [BytesDecoder()], "j": [JSONDecoder()]}) as loader:
+                    pipelines={"b": [BytesDecoder(exact=True)], "j": [JSONDecoder()]}) as loader:
             got = [pair for b, j in loader for pair in zip(b, j)]
         assert got == samples
 
