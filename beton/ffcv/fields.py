@@ -242,14 +242,15 @@ def _builtin_of(cls: type[Field]) -> type[Field] | None:
 
 
 def _encode_arity(encode: Any) -> int | None:
-    """How many arguments ``encode`` takes after ``self`` (None: no signature to read)."""
+    """How many arguments ``encode`` needs after ``self``: 2 for beton's, 3 for FFCV's (None: no signature to
+    read). Parameters with defaults do not count, so a beton ``encode`` with options stays beton's."""
     try:
         parameters = list(inspect.signature(encode).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
         return None
-    return len(parameters)
+    return sum(p.default is p.empty for p in parameters)
 
 
 def _encode_ffcv_way(field: Field, metadata_dtype: np.dtype, value: Any,

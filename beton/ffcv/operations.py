@@ -30,16 +30,20 @@ shape None.
 
 How beton runs such an operation (:class:`FFCVOperation`):
 
-* **compiled and fused** (the usual case: jit mode, compilation enabled, output memory that is the declared
-  State on the CPU): the function is compiled with numba (``nogil``) and wrapped as a *rows* kernel
+* **compiled and fused** (the usual case: jit mode, compilation enabled, numpy output memory of the declared
+  State): the function is compiled with numba (``nogil``) and wrapped as a *rows* kernel
   (:mod:`beton.ffcv.kernels`), a compiled step like beton's own: consecutive compiled steps of all
   pipelines (beton's ``JitOperation`` s, FFCV-style decoders and transforms) become one compiled stage, one
   call per batch, writing into the batch slot's buffers (batches the loop keeps stay valid as for every slot
   buffer: the slot gets fresh memory). A decoder's destination rows are zeroed first, so the padding of
   variable-length samples holds zeros, never old bytes.
-* **as a batch stage** otherwise (torch input or output, output memory on a device or unlike the declared
+* **as a batch stage** otherwise (torch input or output, output memory of a torch dtype or unlike the declared
   State, or ``Compiler.set_enabled(False)``, which runs the function as Python): one call per batch with fresh
   ``dst`` memory (zeroed for a decoder).
+
+Memory follows FFCV's rule (:func:`gives_numpy`, :func:`allocate`): a query with a numpy dtype gets numpy
+memory whatever its device, page-locked where it names a CUDA device and CUDA is there (in the slot too:
+:meth:`FFCVOperation.pinned_output`); a query with a torch dtype gets torch tensors on its device.
 
 Random draws made with ``np.random`` inside such a function are the operation's own: unlike beton's keyed
 draws, they do not repeat with the seed.

@@ -46,6 +46,13 @@ class GrayAsRGBField(RGBImageField):
         return super().encode(destination, np.repeat(field[:, :, None], 3, axis=2), malloc)
 
 
+class BetonStyleOption(IntField):
+    """beton's encode with an option: a beton subclass, not FFCV's three-argument call."""
+
+    def encode(self, value, context, scale=3):
+        return super().encode(scale * value, context)
+
+
 class ForgetsSuper(NDArrayField):
     def encode(self, destination, field, malloc):
         pass
@@ -78,12 +85,12 @@ def test_metadata_and_image_fields_subclassed(tmp_path):
     images = [small_image(i)[:, :, 0].copy() for i in range(6)]
     path = tmp_path / "mixed.beton"
     DatasetWriter(path, {"number": TenfoldIntField(), "gray": GrayAsRGBField(write_mode="raw"),
-                         "score": FloatField()}, num_workers=0, progress=False).from_indexed_dataset(
-        [(i, images[i], i / 2) for i in range(6)])
+                         "score": FloatField(), "beton": BetonStyleOption()}, num_workers=0,
+                  progress=False).from_indexed_dataset([(i, images[i], i / 2, i) for i in range(6)])
     with beton.Reader(path) as reader:
         for i in range(6):
-            number, image, score = reader[i]
-            assert number == 10 * i and score == i / 2
+            number, image, score, tripled = reader[i]
+            assert number == 10 * i and score == i / 2 and tripled == 3 * i
             np.testing.assert_array_equal(image, np.repeat(images[i][:, :, None], 3, axis=2))
 
 
