@@ -24,7 +24,6 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import ray.data
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask

@@ -22,7 +22,7 @@ import simplejpeg  # noqa: E402
 
 from beton import DatasetWriter, Reader  # noqa: E402
 from beton.dataset import dataset_manifest, read_manifest  # noqa: E402
-from beton.errors import FieldError, WriterError  # noqa: E402
+from beton.errors import FieldError  # noqa: E402
 from beton.fields import (BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField,  # noqa: E402
                           RGBImageField, TorchTensorField)
 from beton.ray import BetonDatasink, read_beton, write_dataset  # noqa: E402
@@ -178,7 +178,7 @@ def test_fields_and_columns_are_checked_before_any_task_writes(local_ray, tmp_pa
     with pytest.raises(FieldError, match="page_size"):
         BetonDatasink(tmp_path, _fields(), page_size=1000)
     renamed = _dataset().rename_columns({"label": "class"})
-    with pytest.raises(Exception, match=r"no column for field\(s\) \['label'\].*'class'.* have no field"):
+    with pytest.raises(FieldError, match=r"no column for field\(s\) \['label'\].*'class'.* have no field"):
         write_dataset(renamed, tmp_path / "out", _fields())
     assert not (tmp_path / "out").exists()
 
@@ -190,9 +190,11 @@ def test_an_output_holding_another_write_is_refused_unless_overwrite(written, tm
         write_dataset(small, output, {"label": IntField()})
     target = tmp_path / "again"
     write_dataset(_dataset(), target, _fields(), page_size=1024)
-    manifest = write_dataset(small, target, {"label": IntField()}, overwrite=True)
+    sink = BetonDatasink(target, {"label": IntField()}, overwrite=True)
+    small.write_datasink(sink)  # the datasink as Ray users write it
     assert sorted(os.listdir(target)) == ["manifest.json", "part-000000.beton"]
-    assert manifest.num_samples == 1
+    assert sink.manifest == read_manifest(target / "manifest.json")
+    assert sink.manifest.num_samples == 1
 
 
 def test_the_datasource_reads_files_and_globs_in_parallel_ranges_in_order(written):
