@@ -91,6 +91,8 @@ class BetonDatasink(Datasink):
         self.manifest_name, self.prefix, self.overwrite, self.remote = manifest, prefix, overwrite, remote
         self._options = {"page_size": page_size, "seed": seed,
                          "metadata": copy.deepcopy(dict(metadata)) if metadata else None}
+        if remote is not None:  # the shards' writers reach a URL output as the manifest does
+            self._options["remote"] = remote
         # The checks every shard's writer makes, made once here on the driver, before any task starts.
         self._fields = _writer(self._location("check.beton"), fields, self._options).fields
         self.manifest: Manifest | None = None
