@@ -3,6 +3,7 @@ tasks, read back by a datasource. Skipped without the extra (pip install "beton[
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -27,6 +28,8 @@ from beton.fields import (BytesField, FloatField, IntField, JSONField, NDArrayFi
                           RGBImageField, TorchTensorField)
 from beton.ray import BetonDatasink, read_beton, write_dataset  # noqa: E402
 from beton.ray.read import sample_ranges  # noqa: E402
+from beton.storage.remote import RemoteOptions  # noqa: E402
+from processes import moto_s3  # noqa: E402
 
 # Ray's workers cannot import this file: the classes and functions they run are sent by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -236,3 +239,21 @@ def test_the_manifest_opens_in_a_loader(written):
         labels = torch.cat([batch[0] for batch in loader]).tolist()
     assert labels == [k - 20 for k in range(ROWS)]
     assert dataset_manifest(str(output / "manifest.json")).num_samples == manifest.num_samples
+
+
+def test_shards_and_manifest_go_to_object_storage_and_read_back_from_it(written):
+    if "remote" not in inspect.signature(DatasetWriter).parameters:
+        pytest.skip("DatasetWriter does not write to URLs on this branch (issue 29, item 0)")
+    output, _ = written
+    with moto_s3() as options:
+        import fsspec
+
+        fsspec.filesystem("s3", skip_instance_cache=True, **options).mkdir("bucket")
+        remote = RemoteOptions(storage_options=options)
+        manifest = write_dataset(_dataset(), "s3://bucket/train", _fields(), page_size=1024, seed=7,
+                                 metadata={"name": "kinds"}, remote=remote)
+        store = fsspec.filesystem("s3", skip_instance_cache=True, **options)
+        assert {path.rpartition("/")[2]: store.cat(path) for path in store.ls("bucket/train")} == _files(output)
+        assert manifest.source == "s3://bucket/train/manifest.json"
+        rows = read_beton(manifest.source, remote=remote, columns=["label"]).take_all()
+        assert [row["label"] for row in rows] == [k - 20 for k in range(ROWS)]
