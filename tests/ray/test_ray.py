@@ -141,8 +141,10 @@ def test_each_shard_is_byte_for_byte_datasetwriter_over_its_rows(written, tmp_pa
 
 def test_the_same_dataset_writes_the_same_shards_and_manifest(written, tmp_path):
     output, _ = written
-    write_dataset(_dataset(), tmp_path, _fields(), page_size=1024, seed=7, metadata={"name": "kinds"})
+    dataset = _dataset()
+    write_dataset(dataset, tmp_path, _fields(), page_size=1024, seed=7, metadata={"name": "kinds"})
     assert _files(tmp_path) == _files(output)
+    assert dataset.context.execution_options.preserve_order is False  # the caller's dataset is left as it was
 
 
 class KillOnceIntField(IntField):
