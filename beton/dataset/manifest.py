@@ -243,21 +243,32 @@ class Manifest:
     def check_shard(self, number: int, reader: Reader) -> None:
         """Raise :class:`~beton.errors.ShardError`, naming the shard, unless ``reader`` has the header, sample count
         and fields the manifest lists for shard ``number``."""
+        if reader.header is None:
+            raise locate(ShardError("an FFCV file carries no checksums, so it cannot be a shard of a dataset"),
+                         path=self.shards[number].location)
+        self.check_head(number, reader.header.tobytes(), reader.num_samples)
+        self.check_fields(number, field_specs(reader.descriptors))
+
+    def check_head(self, number: int, header: bytes, num_samples: int) -> None:
+        """:class:`~beton.errors.ShardError`, naming the shard, unless ``header`` (a shard's 256 header bytes) and
+        its sample count are those the manifest lists for shard ``number``."""
         shard = self.shards[number]
         with error_context(path=shard.location):
-            if reader.header is None:
-                raise ShardError("an FFCV file carries no checksums, so it cannot be a shard of a dataset")
-            digest = header_digest(reader.header.tobytes())
+            digest = header_digest(header)
             if digest != shard.header_sha256:
                 raise ShardError(f"shard {number} is not the file the manifest lists: its header's SHA-256 is "
                                  f"{digest}, the manifest says {shard.header_sha256} (the file changed since the "
                                  "manifest was made; make it again with `beton index`)")
-            if reader.num_samples != shard.num_samples:
-                raise ShardError(f"shard {number} holds {reader.num_samples} samples, the manifest says "
+            if num_samples != shard.num_samples:
+                raise ShardError(f"shard {number} holds {num_samples} samples, the manifest says "
                                  f"{shard.num_samples}")
-            difference = fields_difference(self.fields, field_specs(reader.descriptors))
-            if difference is not None:
-                raise ShardError(f"shard {number} does not have the manifest's fields: {difference}")
+
+    def check_fields(self, number: int, fields: Sequence[FieldSpec]) -> None:
+        """:class:`~beton.errors.ShardError`, naming the shard, unless shard ``number`` has the manifest's fields."""
+        difference = fields_difference(self.fields, fields)
+        if difference is not None:
+            raise locate(ShardError(f"shard {number} does not have the manifest's fields: {difference}"),
+                         path=self.shards[number].location)
 
     # ---- the file -------------------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ class OSCacheLayer(MemoryLayer):
 
     def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
         if isinstance(reader, ShardedDataset):  # payloads of several files cannot lie in one memory map
-            raise ValueError(f"{reader.path}: a dataset of {len(reader.readers)} files is read through the process "
+            raise ValueError(f"{reader.path}: a dataset of {len(reader.manifest.shards)} files is read through the process "
                              "cache (one memory map cannot hold several files): leave os_cache and memory out, or "
                              "pass memory=ProcessCache(...)")
         file = LocalFile(reader)
