@@ -45,12 +45,13 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from beton.errors import BetonError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
+from beton.errors import BetonError, FormatError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.limits import ReadLimits
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.dataset.shard_tables import FirstShard, ShardTables, read_local_tables, tables_of_reader
+from beton.dataset.shard_tables import FirstShard, ShardTables, read_small_tables, tables_of_reader, records
+from beton.storage import format as fmt
 from beton.storage.metadata import decode_metadata
 from beton.storage.page_source import LocalFile, PageSource
 from beton.storage.reader import Reader, TableNames
@@ -147,8 +148,8 @@ class ShardedDataset(TableNames):
             self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
             self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
         tables = [first_tables, *_read_tables(self, first)]
-        self._join(tables)
-        self._check_records(tables)
+        self._join(tables, first)
+        self._check_records(tables, first)
         self._metadata_json = first_tables.metadata_json
         self._other_metadata = {number: table.metadata_json for number, table in enumerate(tables)
                                 if table.metadata_json != first_tables.metadata_json}
@@ -156,17 +157,17 @@ class ShardedDataset(TableNames):
             with error_context(path=manifest.shards[number].location):
                 decode_metadata(raw)  # checked on open, as a Reader checks its own
 
-    def _join(self, tables: list[ShardTables]) -> None:
-        shards, first = self.manifest.shards, tables[0]
+    def _join(self, tables: list[ShardTables], first: FirstShard) -> None:
+        shards, page_size = self.manifest.shards, tables[0].page_size
         for number, table in enumerate(tables):
-            if table.page_size != first.page_size:
+            if table.page_size != page_size:
                 raise locate(ShardError(
                     f"shard {number} has pages of {table.page_size} bytes, shard 0 ({shards[0].location}) of "
-                    f"{first.page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
+                    f"{page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
                     "one file of them with `beton merge --page-size`)"), path=shards[number].location)
         self.checksummed = True
         self.num_samples = self.manifest.num_samples
-        self.page_size, self.heap_offset = first.page_size, first.heap_offset
+        self.page_size, self.heap_offset = page_size, tables[0].heap_offset
         counts = np.array([table.num_pages for table in tables], np.int64)
         heap_offsets = np.array([table.heap_offset for table in tables], np.int64)
         heap_sizes = np.array([table.heap_size for table in tables], np.int64)
@@ -180,13 +181,14 @@ class ShardedDataset(TableNames):
         self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
                                     + self.shifts[shard_of_page])
         self.heap_size = int(self.page_ends[-1]) - self.heap_offset if self.num_pages else 0
-        self.data_table = _read_only(np.concatenate([table.data_table for table in tables]))
-        allocation = np.concatenate([table.allocation_table for table in tables])
+        self.data_table = records(b"".join(table.data for table in tables), first.data_dtype, (self.num_samples,))
+        allocation = records(b"".join(table.allocations for table in tables), fmt.ALLOCATION_DTYPE,
+                             (self.num_samples, first.num_payload_fields)).copy()
         samples = np.diff(self.manifest.bounds)
         allocation["offset"] += np.repeat(self.shifts, samples).astype(np.uint64)[:, None]
         self.allocation_table = _read_only(allocation)
 
-    def _check_records(self, tables: list[ShardTables]) -> None:
+    def _check_records(self, tables: list[ShardTables], first: FirstShard) -> None:
         """Every field's records, checked once over the union (bounded by the largest shard's size); where that
         fails, each shard's alone as its Reader checks them, so that the error names the shard."""
         try:
@@ -195,7 +197,8 @@ class ShardedDataset(TableNames):
         except BetonError:
             for number, table in enumerate(tables):
                 with error_context(path=self.manifest.shards[number].location):
-                    _check_records(self.fields, self.descriptors, table.data_table, table.allocation_table,
+                    _check_records(self.fields, self.descriptors, table.data_table(first.data_dtype),
+                                   table.allocation_table(first.num_payload_fields),
                                    ReadLimits(self.max_image_pixels, max_payload_bytes=table.size))
             raise
 
@@ -252,7 +255,7 @@ class ShardedDataset(TableNames):
 
     def open_pages(self, number: int) -> PageSource:
         """A page source over shard ``number``, checked to be the file the tables were read from (its size, and its
-        header's SHA-256 against the manifest): a FormatError naming it otherwise, a ShardNotFoundError where it is
+        header's SHA-256 against the manifest): a ShardError naming it otherwise, a ShardNotFoundError where it is
         missing. The caller closes it."""
         shard = self.manifest.shards[number]
         if self.remote_shards[number]:
@@ -263,8 +266,9 @@ class ShardedDataset(TableNames):
                                       lambda header: header_digest(header) == shard.header_sha256)
         except FileNotFoundError as error:
             raise self._missing(number, error) from None
-        except BetonError as error:
-            raise locate(error, note=f"(shard {number} of {len(self.manifest.shards)})")
+        except FormatError as error:
+            raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
+                                    f"opened: {error.args[0]}"), path=shard.location) from None
 
     def _missing(self, number: int, error: OSError) -> ShardNotFoundError:
         return locate(ShardNotFoundError(f"shard {number} of {len(self.manifest.shards)} is missing: {error}"),
@@ -429,24 +433,26 @@ def _shared_budget(remote: RemoteOptions | None, urls: int, max_open_shards: int
 
 
 def _read_tables(dataset: ShardedDataset, first: FirstShard) -> list[ShardTables]:
-    """The tables of every shard after the first, in order, each shard closed once read (local files one after
-    the other, URLs several at once); the first failure in order is raised."""
-    manifest = dataset.manifest
-    numbers = range(1, len(manifest.shards))
+    """The tables of every shard after the first, in order, each shard closed once read (local files together:
+    :func:`~beton.dataset.shard_tables.read_small_tables`; URLs several at once). A failure among the local
+    files is raised before one among the URLs."""
+    numbers = range(1, len(dataset.manifest.shards))
+    local = [number for number in numbers if not dataset.remote_shards[number]]
+    urls = [number for number in numbers if dataset.remote_shards[number]]
+    tables = dict(zip(local, read_small_tables(dataset.manifest, local, first)))
 
     def remote_tables(number: int) -> ShardTables:
         with dataset.open_shard(number) as reader:
             return tables_of_reader(reader)[0]
 
-    urls = [number for number in numbers if dataset.remote_shards[number]]
-    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(len(urls), _MAX_CONCURRENT_OPENS)),
-                                                 thread_name_prefix="beton-open")
-    try:
-        fetched = pool.map(remote_tables, urls)  # in order
-        return [next(fetched) if dataset.remote_shards[number] else read_local_tables(manifest, number, first)
-                for number in numbers]
-    finally:
-        pool.shutdown(cancel_futures=True)
+    if urls:
+        pool = concurrent.futures.ThreadPoolExecutor(min(len(urls), _MAX_CONCURRENT_OPENS),
+                                                     thread_name_prefix="beton-open")
+        try:
+            tables.update(zip(urls, pool.map(remote_tables, urls)))  # the first failure in order is raised
+        finally:
+            pool.shutdown(cancel_futures=True)
+    return [tables[number] for number in numbers]
 
 
 def _check_records(fields: Mapping[str, Field], descriptors: Mapping[str, Any], data_table: np.ndarray,

@@ -43,8 +43,8 @@ class OSCache(MemoryStrategy):
 
     readahead: bool = True
 
-    def build(self, reader: OpenedDataset, num_slots: int) -> OSCacheLayer:
-        return OSCacheLayer(reader, self.readahead)
+    def build(self, dataset: OpenedDataset, num_slots: int) -> OSCacheLayer:
+        return OSCacheLayer(dataset, self.readahead)
 
 
 class OSCacheLayer(MemoryLayer):
@@ -54,13 +54,14 @@ class OSCacheLayer(MemoryLayer):
     pieces) and ``batch_done`` (nothing to release).
     """
 
-    def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
-        if isinstance(reader, ShardedDataset):  # payloads of several files cannot lie in one memory map
-            raise ValueError(f"{reader.path}: a dataset of {len(reader.manifest.shards)} files is read through the process "
+    def __init__(self, dataset: OpenedDataset, readahead: bool = True) -> None:
+        if isinstance(dataset, ShardedDataset):  # payloads of several files cannot lie in one memory map
+            raise ValueError(f"{dataset.path}: a dataset of {len(dataset.manifest.shards)} files is read through the "
+                             "process "
                              "cache (one memory map cannot hold several files): leave os_cache and memory out, or "
                              "pass memory=ProcessCache(...)")
-        file = LocalFile(reader)
-        super().__init__(reader, file)
+        file = LocalFile(dataset)
+        super().__init__(dataset, file)
         # The map of the descriptor that check() watches, so both are the same file; it ends where the file
         # ended when opened, and the Reader checked every payload against that size.
         self.mapping = mmap.mmap(file.fd, 0, access=mmap.ACCESS_READ)
@@ -79,3 +80,13 @@ class OSCacheLayer(MemoryLayer):
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
+
+    def close(self) -> None:
+        """Release the file and its map at once (the map's own descriptor too), unless a view of it is still held
+        somewhere: then it goes when that view does."""
+        super().close()
+        self._memory = self._empty
+        try:
+            self.mapping.close()
+        except BufferError:
+            pass
