@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
+import mmap
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -322,6 +324,9 @@ class ShardedPages:
         self._read_since_check: set[int] = set()
         self._plans: dict[int, np.ndarray] = {}  # remote shard -> the pages the epoch reads of it, in order
         self._reads: collections.Counter[int] = collections.Counter()  # remote shard -> reads so far this epoch
+        self._pins: collections.Counter[int] = collections.Counter()  # shard -> blocks reading it now
+        self._maps: dict[int, _Map] = {}  # shard -> its memory map, for the OS cache
+        self._madvise_random = False
         self._closed = False
 
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
@@ -334,38 +339,67 @@ class ShardedPages:
                 raise ValueError(f"{what}: byte {position} lies in no shard's heap of {self.description!r}")
             count = min(len(out) - done, int(self._heap_ends[shard]) - position)
             local_page = page - int(self._first_page[shard])
-            self._source(shard).read_into(position - int(self._shifts[shard]), out[done : done + count],
-                                          f"page {local_page} (shard {shard})")
+            with self.opened(shard) as source:
+                source.read_into(position - int(self._shifts[shard]), out[done : done + count],
+                                 f"page {local_page} (shard {shard})")
             with self._lock:
-                self._read_since_check.add(shard)
                 self._reads[shard] += 1
             done += count
 
-    def _source(self, shard: int) -> PageSource:
-        """Shard ``shard``'s open page source, opened (and the least recently read closed) where needed."""
+    @contextlib.contextmanager
+    def opened(self, shard: int) -> Iterator[PageSource]:
+        """Shard ``shard``'s page source, open (and the least recently used closed, where more than the limit are
+        open) and kept open while the block runs; the shard counts as read since the last check once it ends."""
         with self._lock:
-            self._raise_if_closed()
-            if shard in self._open:
-                self._open.move_to_end(shard)
-                return self._open[shard]
-        source = self._dataset.open_pages(shard)  # outside the lock: a URL costs round trips
-        with self._lock:
-            if self._closed:
-                source.close()
-                self._raise_if_closed()
-            self._open[shard] = source
-            plan = self._plans.get(shard)
-            if plan is not None:
-                source.fetch_ahead(plan[self._reads[shard] :])  # type: ignore[attr-defined]  (a RemotePageSource)
-            while len(self._open) > self._limit:
-                number, oldest = self._open.popitem(last=False)
-                try:
-                    if number in self._read_since_check:
-                        self._read_since_check.discard(number)
-                        oldest.check()  # its pages were read before this check
-                finally:
-                    oldest.close()
-            return source
+            source = self._opened(shard)
+            self._pins[shard] += 1
+        try:
+            yield source
+        finally:
+            with self._lock:
+                self._pins[shard] -= 1
+                self._read_since_check.add(shard)
+
+    @contextlib.contextmanager
+    def mapped(self, shard: int) -> Iterator[np.ndarray]:
+        """Local shard ``shard``'s file as a read-only uint8 memory map (read with the same checks as
+        :meth:`opened`, for the OS cache), kept open while the block runs."""
+        with self.opened(shard) as source:
+            with self._lock:
+                if shard not in self._maps:
+                    self._maps[shard] = _Map(source.fd, self._madvise_random)  # type: ignore[attr-defined]
+                view = self._maps[shard].view
+            yield view
+
+    def _opened(self, shard: int) -> PageSource:
+        """(With the lock held.) Open ``shard`` where it is not, then close the least recently used shards nobody
+        is reading beyond the limit; a shard closed whose pages were read since the last check is checked first.
+        A URL is opened with the lock held too: its round trips hold back only the checks of other shards."""
+        self._raise_if_closed()
+        if shard in self._open:
+            self._open.move_to_end(shard)
+            return self._open[shard]
+        source = self._open[shard] = self._dataset.open_pages(shard)
+        plan = self._plans.get(shard)
+        if plan is not None:
+            source.fetch_ahead(plan[self._reads[shard] :])  # type: ignore[attr-defined]  (a RemotePageSource)
+        for number in [number for number in self._open if not self._pins[number] and number != shard]:
+            if len(self._open) <= self._limit:
+                break
+            self._close_shard(number, check=True)
+        return source
+
+    def _close_shard(self, number: int, check: bool) -> None:
+        source = self._open.pop(number)
+        mapping = self._maps.pop(number, None)
+        try:
+            if check and number in self._read_since_check:
+                self._read_since_check.discard(number)
+                source.check()  # its pages were read before this check
+        finally:
+            if mapping is not None:
+                mapping.close()
+            source.close()
 
     def _raise_if_closed(self) -> None:
         if self._closed:
@@ -413,12 +447,33 @@ class ShardedPages:
                 if shard in self._plans:
                     source.fetch_ahead(self._plans[shard])  # type: ignore[attr-defined]  (a RemotePageSource)
 
+    def advise_random_access(self) -> None:
+        """Map shards with ``MADV_RANDOM`` (the OS cache's ``readahead=False``)."""
+        self._madvise_random = True
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            opened, self._open = list(self._open.values()), collections.OrderedDict()
-        for source in opened:
-            source.close()
+            for number in list(self._open):
+                self._close_shard(number, check=False)
+
+
+class _Map:
+    """A read-only memory map of an open descriptor, as a uint8 array, closed at once unless a view of it is still
+    held somewhere (then it goes with that view)."""
+
+    def __init__(self, descriptor: int, random_access: bool) -> None:
+        self._mapping = mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ)
+        if random_access and hasattr(self._mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            self._mapping.madvise(mmap.MADV_RANDOM)
+        self.view = np.frombuffer(self._mapping, np.uint8)
+
+    def close(self) -> None:
+        del self.view
+        try:
+            self._mapping.close()
+        except BufferError:
+            pass
 
 
 # ---- opening ----------------------------------------------------------------------------------------------

@@ -160,10 +160,9 @@ class Loader:
         if unmapped and memory is None and os_cache is None:
             os_cache = False  # the process cache reads them
         memory = resolve_memory(os_cache, memory)
-        if unmapped and isinstance(memory, OSCache):
-            what = "a remote file has no memory map" if one_file else "one memory map cannot hold several files"
-            raise ValueError(f"{_describe(path)} is read through the process cache ({what}): leave os_cache and "
-                             "memory out, or pass memory=ProcessCache(...)")
+        if one_file and unmapped and isinstance(memory, OSCache):
+            raise ValueError(f"{_describe(path)} is read through the process cache (a remote file has no memory "
+                             "map): leave os_cache and memory out, or pass memory=ProcessCache(...)")
         compile_options = compile_options if compile_options is not None else CompileOptions()
         check_pipelines(pipelines)  # before anything reads them, so a slip is named with its fix
         order = _order_or_shuffle(order, shuffle)

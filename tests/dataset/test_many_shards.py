@@ -28,7 +28,7 @@ from beton.storage.format import HEADER_DTYPE
 from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset
 from beton.errors import BetonError, ShardError, ShardNotFoundError
 from beton.fields import IntField, NDArrayField
-from beton.memory import ProcessCache
+from beton.memory import OSCache, ProcessCache
 
 from conftest import TESTS, write
 
@@ -115,6 +115,21 @@ def test_opening_holds_no_shard_open_and_close_releases_every_descriptor(hundred
     assert descriptors() > before
     loader.close()
     assert descriptors() == before  # at once, not when the Loader is collected
+
+
+@pytest.mark.parametrize("memory", [ProcessCache(), ProcessCache(pages=4), OSCache(), OSCache(readahead=False)],
+                         ids=repr)
+def test_both_memory_strategies_read_one_files_batches_through_a_ring_of_open_shards(hundred, memory):
+    whole, parts = hundred  # 100 shards, at most 64 open: a RANDOM epoch opens and closes them again and again
+    before = descriptors()
+    for order in (OrderOption.RANDOM, OrderOption.SEQUENTIAL):
+        options = dict(batch_size=8, num_workers=3, order=order, seed=5)
+        with Loader(whole, **options) as loader:
+            expected = batches(loader) + batches(loader)
+        with Loader(parts, memory=memory, **options) as loader:
+            assert batches(loader) + batches(loader) == expected
+            assert loader.memory_counters["bytes_read"] > 0
+    assert descriptors() == before
 
 
 @pytest.mark.parametrize("max_open_shards", [1, 3])

@@ -27,8 +27,7 @@ from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder, RaggedDecoder, SimpleRGBImageDecoder
 from beton.errors import BetonError, FormatError, ShardError, ShardNotFoundError
 from beton.fields import FloatField, IntField, NDArrayField, RaggedArrayField, RGBImageField
-from beton.memory import OSCache
-from beton.memory.os_cache import OSCacheLayer
+from beton.memory.os_cache import OSCacheLayer, ShardMapsLayer
 from beton.memory.process_cache import ProcessCacheLayer
 from beton.dataset import Manifest, dataset_manifest, index
 from beton.dataset.union import ShardedDataset, open_dataset
@@ -226,19 +225,16 @@ def test_a_resumed_union_continues_where_one_file_would(aligned):
 
 # ---- the dataset as a whole ------------------------------------------------------------------------------------
 
-def test_one_path_is_one_file_as_before_and_several_go_through_the_process_cache(aligned):
+def test_one_path_is_one_file_and_several_go_through_the_process_cache_unless_asked_otherwise(aligned):
     whole, parts, manifest = aligned
     with Loader(whole, batch_size=16) as loader:
         assert type(loader.reader) is beton.Reader and isinstance(loader.memory, OSCacheLayer)
     for source in ([whole], parts, manifest):
         with Loader(source, batch_size=16) as loader:
             assert isinstance(loader.reader, ShardedDataset) and isinstance(loader.memory, ProcessCacheLayer)
-    with pytest.raises(ValueError, match="process cache"):
-        Loader(parts, batch_size=16, memory=OSCache())
-    with pytest.raises(ValueError, match="process cache"):
-        Loader(manifest, batch_size=16, os_cache=True)
-    with open_dataset(parts) as dataset, pytest.raises(ValueError, match="process cache"):
-        OSCache().build(dataset, 4)
+    for source in (parts, manifest):  # asked for, the OS cache maps each shard and copies a batch's payloads out
+        with Loader(source, batch_size=16, os_cache=True) as loader:
+            assert isinstance(loader.memory, ShardMapsLayer)
 
 
 def test_samples_payloads_filter_and_metadata_use_global_indices(tmp_path):
