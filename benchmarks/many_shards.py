@@ -89,8 +89,11 @@ def descriptors():
     return len(os.listdir("/proc/self/fd"))
 result = {"descriptors at start": descriptors()}
 if path.endswith(".json"):
-    start = time.perf_counter(); manifest = read_manifest(path); result["manifest read (s)"] = time.perf_counter() - start
-    start = time.perf_counter(); dataset = open_dataset(manifest); result["open (s)"] = time.perf_counter() - start
+    start = time.perf_counter()
+    manifest = read_manifest(path)
+    opened = time.perf_counter()
+    dataset = open_dataset(manifest)
+    result["manifest read (s)"], result["open (s)"] = opened - start, time.perf_counter() - opened
     result["descriptors after open"] = descriptors()
     dataset.close()
     source = manifest

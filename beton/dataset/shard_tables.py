@@ -151,6 +151,7 @@ def _region(file_map: np.ndarray, header: np.void, name: str) -> np.ndarray:
 
 #: Shards at most this large are read whole, in one call each, and checked together (:func:`read_small_tables`).
 SMALL_SHARD_BYTES = 1 << 20
+_SHARDS_AT_ONCE = 256  # small shards read and checked together: at most 256 MiB of files held at once
 
 
 def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstShard) -> list[ShardTables]:
@@ -159,17 +160,21 @@ def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstSh
     all are checked together, by vectorised forms of the same checks (the same rules; the Reader's functions stay
     the one home of each rule's message). A shard any of them refuses, and a larger shard, goes through
     :func:`read_local_tables`, whose error names it."""
-    contents: list[bytes | None] = [_read_small(manifest.shards[number].location) for number in numbers]
-    small = [position for position, content in enumerate(contents) if content is not None]
-    passed = np.zeros(len(numbers), bool)
-    made: dict[int, ShardTables] = {}
-    if small:
-        chosen = [contents[position] for position in small]
-        headers = np.frombuffer(b"".join(content[: fmt.HEADER_SIZE] for content in chosen), fmt.HEADER_DTYPE)
-        passed[small] = _pass_checks(manifest, [numbers[position] for position in small], chosen, headers, first)
-        made = dict(zip(small, _small_tables(chosen, headers, first)))
-    return [made[position] if passed[position] else read_local_tables(manifest, number, first)
-            for position, number in enumerate(numbers)]
+    result: list[ShardTables] = []
+    for start in range(0, len(numbers), _SHARDS_AT_ONCE):  # so that the files read stay few in memory
+        chunk = numbers[start : start + _SHARDS_AT_ONCE]
+        contents: list[bytes | None] = [_read_small(manifest.shards[number].location) for number in chunk]
+        small = [position for position, content in enumerate(contents) if content is not None]
+        passed = np.zeros(len(chunk), bool)
+        made: dict[int, ShardTables] = {}
+        if small:
+            chosen = [contents[position] for position in small]
+            headers = np.frombuffer(b"".join(content[: fmt.HEADER_SIZE] for content in chosen), fmt.HEADER_DTYPE)
+            passed[small] = _pass_checks(manifest, [chunk[position] for position in small], chosen, headers, first)
+            made = dict(zip(small, _small_tables(chosen, headers, first)))
+        result += [made[position] if passed[position] else read_local_tables(manifest, number, first)
+                   for position, number in enumerate(chunk)]
+    return result
 
 
 def _read_small(location: str) -> bytes | None:
