@@ -23,13 +23,19 @@ first difference), a shard whose header's SHA-256 or sample count is not what it
 sizes differ (their pages would not line up in one address space; ``beton merge --page-size`` makes one file of
 them), FFCV files (no checksums). A shard that is not there is a :class:`~beton.errors.ShardNotFoundError`.
 
-Memory: what each shard's Reader holds (its tables; for a URL, fetched and bounded by the file's size), the
-concatenated copies of the data and allocation tables, and 8 bytes per page. Remote shards share one read-ahead
-budget: each gets ``prefetch_bytes`` divided by the number of remote shards (at least one page), so the pages
-fetched ahead stay within what one remote file holds.
+No shard stays open: opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local
+shards read whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes
+it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
+``max_open_shards`` (:data:`DEFAULT_OPEN_SHARDS`), so descriptors, maps and fetch pools stay bounded whatever the
+shard count.
 
-The OS cache (one memory map) cannot present several files as one buffer: a ShardedDataset is read through the
-process cache, a Loader's default for it; ``OSCache`` with one is a ValueError.
+Memory: the data and allocation tables joined (copies), 8 bytes per page and a few integers per shard. Remote
+shards share one read-ahead budget: each open one gets ``prefetch_bytes`` divided by the number that can be open
+at once (at least one page), so the pages fetched ahead stay within what one remote file holds.
+
+The OS cache (one memory map) cannot present several files as one buffer: over a ShardedDataset it maps each local
+shard as a batch needs it and copies the batch's payloads out (:class:`~beton.memory.os_cache.ShardMapsLayer`);
+the process cache, a Loader's default for several files, reads their pages.
 """
 
 from __future__ import annotations
