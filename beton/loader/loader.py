@@ -430,7 +430,7 @@ class Loader:
         (for several files, every shard still open). Batches already handed out stay valid."""
         self._close_active("the Loader was closed")
         self.memory.close()
-        self.reader.close()
+        self.reader.close()  # not in __del__: whoever still holds loader.reader reads it on
 
     def __reduce__(self) -> tuple:
         """``pickle``, ``copy.copy`` and ``copy.deepcopy`` give a new Loader configured as this one, at this one's
@@ -445,7 +445,8 @@ class Loader:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self._close_active("the Loader was closed")
+            self.memory.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
 
