@@ -256,9 +256,10 @@ def test_samples_payloads_filter_and_metadata_use_global_indices(tmp_path):
         assert manifest in repr(union)
 
 
-def test_files_changed_under_a_running_union_raise_naming_the_shard(tmp_path):
+@pytest.mark.parametrize("os_cache", [False, True])
+def test_files_changed_under_a_running_union_raise_naming_the_shard(tmp_path, os_cache):
     whole, parts, _ = write_split(tmp_path, IMAGE_FIELDS, [(small_image(i), i) for i in range(100)], [0, 50, 100])
-    with Loader(parts, batch_size=10, num_workers=1, batches_ahead=1) as loader:
+    with Loader(parts, batch_size=10, num_workers=1, batches_ahead=1, os_cache=os_cache) as loader:
         iterator = iter(loader)
         next(iterator)
         with open(parts[1], "r+b") as file:
