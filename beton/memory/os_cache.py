@@ -24,12 +24,14 @@ import mmap
 import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
+from beton.memory.staging import stage_buffer, staged_source
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
 from beton.storage.page_source import LocalFile
-from beton.dataset.union import OpenedDataset, ShardedDataset
+from beton.dataset.union import OpenedDataset, ShardedDataset, ShardedPages, open_page_source
+from beton.storage.reader import Reader
 
-__all__ = ["OSCache", "OSCacheLayer"]
+__all__ = ["OSCache", "OSCacheLayer", "ShardMapsLayer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +45,10 @@ class OSCache(MemoryStrategy):
 
     readahead: bool = True
 
-    def build(self, reader: OpenedDataset, num_slots: int) -> OSCacheLayer:
-        return OSCacheLayer(reader, self.readahead)
+    def build(self, dataset: OpenedDataset, num_slots: int) -> MemoryLayer:
+        if isinstance(dataset, ShardedDataset):
+            return ShardMapsLayer(dataset, self.readahead)
+        return OSCacheLayer(dataset, self.readahead)
 
 
 class OSCacheLayer(MemoryLayer):
@@ -54,13 +58,9 @@ class OSCacheLayer(MemoryLayer):
     pieces) and ``batch_done`` (nothing to release).
     """
 
-    def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
-        if isinstance(reader, ShardedDataset):  # payloads of several files cannot lie in one memory map
-            raise ValueError(f"{reader.path}: a dataset of {len(reader.readers)} files is read through the process "
-                             "cache (one memory map cannot hold several files): leave os_cache and memory out, or "
-                             "pass memory=ProcessCache(...)")
-        file = LocalFile(reader)
-        super().__init__(reader, file)
+    def __init__(self, dataset: Reader, readahead: bool = True) -> None:
+        file = LocalFile(dataset)
+        super().__init__(dataset, file)
         # The map of the descriptor that check() watches, so both are the same file; it ends where the file
         # ended when opened, and the Reader checked every payload against that size.
         self.mapping = mmap.mmap(file.fd, 0, access=mmap.ACCESS_READ)
@@ -79,3 +79,55 @@ class OSCacheLayer(MemoryLayer):
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
+
+    def close(self) -> None:
+        """Release the file and its map at once (the map's own descriptor too), unless a view of it is still held
+        somewhere: then it goes when that view does."""
+        super().close()
+        self._memory = self._empty
+        try:
+            self.mapping.close()
+        except BufferError:
+            pass
+
+
+class ShardMapsLayer(MemoryLayer):
+    """The OS cache over a dataset of several local files: one memory map cannot hold them all, so each batch's
+    payloads are copied out of its shards' maps into the slot's staging buffers (as the process cache copies them
+    out of its pages), and the decoders read those. A shard is mapped when a batch first needs it and unmapped,
+    least recently used first, once more than the dataset's ``max_open_shards`` are open
+    (:meth:`~beton.dataset.union.ShardedPages.mapped`); each shard opened is checked to be the file whose tables
+    were read, and each batch's shards are checked after its payloads are copied, as the single file's are.
+    """
+
+    def __init__(self, dataset: ShardedDataset, readahead: bool = True) -> None:
+        if dataset.remote_shards.any():
+            number = int(np.flatnonzero(dataset.remote_shards)[0])
+            raise ValueError(f"{dataset.path}: shard {number} ({dataset.manifest.shards[number].location}) is at a "
+                             "URL, which no memory map can hold: read it through the process cache (leave os_cache "
+                             "and memory out, or pass memory=ProcessCache(...))")
+        pages = open_page_source(dataset)
+        super().__init__(dataset, pages)
+        self._pages: ShardedPages = pages  # type: ignore[assignment]  (several files: their ShardedPages)
+        if not readahead:
+            self._pages.advise_random_access()
+        self._heap_ends, self._shifts = dataset.heap_ends, dataset.shifts
+
+    def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
+        """The batch's payloads of ``stored``, copied out of their shards' maps into ``slot``'s staging."""
+        column = stored.payload
+        if column < 0:
+            return self.empty_source(stored)
+        offsets, sizes = self._offsets[column].take(samples), self._sizes[column].take(samples)
+        buffer, positions = stage_buffer(slot.staging, column, sizes)
+        shards = np.searchsorted(self._heap_ends, offsets, side="right")  # a payload lies before its shard's end
+        for shard in np.unique(shards[sizes > 0]).tolist():
+            rows = np.flatnonzero((shards == shard) & (sizes > 0))
+            with self._pages.mapped(shard) as mapped:
+                starts = offsets[rows] - int(self._shifts[shard])
+                for start, size, position in zip(starts.tolist(), sizes[rows].tolist(), positions[rows].tolist()):
+                    buffer[position : position + size] = mapped[start : start + size]
+        self._pages.check()  # after the copies: bytes of a file changed meanwhile never reach the decoders
+        read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
+        self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
+        return staged_source(stored.metadata, buffer, positions, sizes)
