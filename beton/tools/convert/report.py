@@ -166,7 +166,7 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
     notes = list(notes) + [f"{count} sample{'s' if count != 1 else ''} {message}" for message, count in counted.items()]
     seconds = time.perf_counter() - start
     return ConversionReport(output, result.num_samples, {name: field.describe() for name, field in fields.items()},
-                            dict(metadata), tuple(skipped), tuple(notes), seconds, os.path.getsize(output))
+                            dict(metadata), tuple(skipped), tuple(notes), seconds, result.size)
 
 
 def _size(count: int) -> str:
