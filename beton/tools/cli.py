@@ -99,7 +99,7 @@ def describe_dataset(manifest: Manifest) -> str:
         f"samples:     {manifest.num_samples}",
         f"size:        {_bytes(size)} ({size} bytes), {pages} pages",
         f"fields:      {len(manifest.fields)}",
-        *[f"  {spec.describe()}" for spec in manifest.fields],
+        *[f"  {spec.name!r}: {spec.type_name} {spec.arguments_json}" for spec in manifest.fields],
         *_metadata_lines(metadata),
         "shard list:",
         *shard_lines,

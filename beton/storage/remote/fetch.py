@@ -109,7 +109,8 @@ def with_retries(attempt: Callable[[bool], Any], options: RemoteOptions, url: st
             last: BaseException = error
         if number + 1 < tries:
             pause(number)
-    raise locate(StorageError(f"{what} failed {tries} times; last error: {_describe(last)}"), path=url) from last
+    times = "once" if tries == 1 else f"{tries} times"
+    raise locate(StorageError(f"{what} failed {times}; last error: {_describe(last)}"), path=url) from last
 
 
 def is_transient(error: BaseException) -> bool:
