@@ -57,7 +57,7 @@ from beton.errors import FormatError, ShardError, StorageError, error_context, l
 from beton.storage.file_builder import create_temporary
 from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
-from beton.storage.remote.fetch import RangeFetcher, filesystem
+from beton.storage.remote.fetch import RangeFetcher, import_fsspec
 
 __all__ = ["Manifest", "Shard", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
            "header_digest", "MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES"]
@@ -283,7 +283,7 @@ class Manifest:
         options = remote_or_default(remote if remote is not None else self.remote)
         data = self.to_json(location)
         if is_url(location):
-            fs, path = filesystem(location, options)
+            fs, path = import_fsspec().core.url_to_fs(location, **dict(options.storage_options))
             try:
                 fs.pipe_file(path, data)
             except NotImplementedError:

@@ -33,7 +33,7 @@ from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
 from beton.storage.reader import read_head
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
-from beton.storage.remote.fetch import filesystem
+from beton.storage.remote.fetch import import_fsspec
 from beton.storage.verify import verify_reader
 
 __all__ = ["dataset_manifest", "index", "is_manifest_name", "names_one_file", "Source"]
@@ -158,7 +158,7 @@ def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     if not _is_glob(item):
         return [item]
     if is_url(item):
-        fs, pattern = filesystem(item, remote_or_default(remote))
+        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(remote_or_default(remote).storage_options))
         matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
     else:
         matches = sorted(glob.glob(item))
