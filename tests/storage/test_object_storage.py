@@ -11,7 +11,6 @@ import tempfile
 import threading
 import time
 
-import numpy as np
 import pytest
 
 pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
