@@ -228,23 +228,26 @@ class ClosingEndpoint:
 
     def __init__(self) -> None:
         self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.05)  # closing a socket does not wake a thread blocked in accept(): it polls
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self.connections = 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        while True:
+        while not self._stop.is_set():
             try:
                 connection, _ = self._socket.accept()
-            except OSError:
-                return
+            except TimeoutError:
+                continue
             self.connections += 1
             connection.close()
 
     def close(self) -> None:
-        self._socket.close()
+        self._stop.set()
         self._thread.join()
+        self._socket.close()
 
 
 def test_a_dead_endpoint_costs_the_retry_budget_only():
