@@ -31,7 +31,7 @@ from beton import _json, dtypes
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
-from beton.errors import CorruptDataError, FieldError, FormatError, error_context, locate
+from beton.errors import CorruptDataError, FieldError, FormatError, ShardNotFoundError, error_context, locate
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
@@ -135,6 +135,8 @@ class Reader(TableNames):
     def _open(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         try:
             self._memmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except FileNotFoundError as error:  # a BetonError, as for a missing object at a URL (a shard gone mid-epoch)
+            raise ShardNotFoundError(f"no such file: {error.strerror}") from None
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage

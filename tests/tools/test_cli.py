@@ -289,3 +289,51 @@ def test_convert_killed_by_sigkill_leaves_no_worker_processes(tmp_path):
             for pid in workers:  # this test's own processes, if a check failed
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_info_and_verify_take_globs_and_manifests(tmp_path, capsys):
+    from beton import Reader
+    from beton.dataset.shards import index
+    from beton.tools.cli import main
+    from conftest import MIXED_FIELDS, write
+
+    paths = [write(str(tmp_path / f"part-{k}.beton"), MIXED_FIELDS, [mixed_sample(i) for i in range(10 * k, 10 * k + 10)],
+                   page_size=1024) for k in range(3)]
+    index(tmp_path / "all.json", str(tmp_path / "part-*.beton"))
+    for source in (str(tmp_path / "part-*.beton"), str(tmp_path / "all.json")):
+        assert main(["info", source]) == 0
+        out = capsys.readouterr().out
+        assert "shards:      3" in out and "samples:     30" in out and "'blob': beton.BytesField {}" in out
+        assert all(f"{k}: {path}: 10 samples" in out for k, path in enumerate(paths))
+        assert main(["verify", source]) == 0
+        out = capsys.readouterr().out
+        assert out.count("OK: shard") == 3 and "OK: 3 shards, 30 samples" in out
+    with Reader(paths[1]) as reader:
+        heap_offset = reader.heap_offset
+    data = bytearray(open(paths[1], "rb").read())
+    data[heap_offset + 10] ^= 1  # a damaged page: the header still matches the manifest
+    open(paths[1], "wb").write(bytes(data))
+    assert main(["verify", str(tmp_path / "all.json")]) == 1
+    captured = capsys.readouterr()
+    assert "OK: shard 0" in captured.out and "OK: shard 2" in captured.out  # the others are still checked
+    assert f"FAILED: shard 1: file {paths[1]!r}" in captured.out and "page 0" in captured.out
+    assert "1 of 3 shards failed (shard 1)" in captured.err
+
+
+def test_convert_writes_to_a_url_with_the_remote_flags(tmp_path, capsys):
+    import json
+
+    from beton.tools.cli import main
+    from processes import moto_s3
+
+    np.savez(tmp_path / "data.npz", y=np.arange(50))
+    with moto_s3() as options:
+        import fsspec
+
+        fsspec.filesystem("s3", skip_instance_cache=True, **options).mkdir("converted")
+        flags = ["--storage-options", json.dumps(options), "--retries", "1"]
+        assert main(["convert", "numpy", str(tmp_path / "data.npz"), "s3://converted/data.beton", "--no-progress",
+                     "--num-workers", "0", *flags]) == 0
+        assert "50 samples" in capsys.readouterr().out
+        assert main(["verify", "s3://converted/data.beton", *flags]) == 0
+        assert "OK: s3://converted/data.beton: 50 samples" in capsys.readouterr().out
