@@ -23,6 +23,8 @@ from beton.tools.convert import ConversionError, ImageFileField, ImageFolder
 from beton.tools.convert.image_headers import image_size
 from beton.tools.sample_photos import photo_crop
 
+from cli_runs import run_cli
+
 HUGE = (16000, 12000)  # 1.9e8 pixels (WebP holds at most 16383 a side): more than the default cap of 2^27
 
 
@@ -176,12 +178,11 @@ def test_the_command_names_the_file_and_takes_the_cap(tmp_path):
     (tmp_path / "root" / "a").mkdir(parents=True)
     (tmp_path / "root" / "a" / "bomb.png").write_bytes(png_declaring(*HUGE))
     (tmp_path / "root" / "a" / "fine.png").write_bytes(encoded("PNG"))
-    command = [sys.executable, "-m", "beton.tools.cli", "convert", "imagefolder", str(tmp_path / "root"),
-               str(tmp_path / "out.beton"), "--num-workers", "0", "--no-progress"]
-    failed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    command = ["convert", "imagefolder", tmp_path / "root", tmp_path / "out.beton", "--num-workers", "0",
+               "--no-progress"]
+    failed = run_cli(*command)
     assert failed.returncode == 1 and "bomb.png" in failed.stderr and "declares 16000x12000 pixels" in failed.stderr
-    skipped = subprocess.run(command + ["--on-error", "skip", "--max-image-pixels", "48"], capture_output=True,
-                             text=True, timeout=120)
+    skipped = run_cli(*command, "--on-error", "skip", "--max-image-pixels", "48")
     assert skipped.returncode == 0 and "wrote 1 samples" in skipped.stdout and "bomb.png" in skipped.stdout
 
 
