@@ -69,10 +69,11 @@ def _image_field(operation: Any, previous: Any) -> Any:
     return require_field(operation, previous, "beton.fields.rgb_image.RGBImageField").field
 
 
-def resize_into(image: np.ndarray, out: np.ndarray,
-                crop: tuple[float, float, float, float] | None = None) -> None:
+def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, float, float] | None = None,
+                area_above: float = _AREA_ABOVE_SHRINK) -> None:
     """Resize the rectangle ``crop`` = (top, left, height, width) of HxWxC ``image`` (the whole image if None)
-    into ``out``, with the decoders' filter choice (area averaging when shrinking a lot, bilinear otherwise).
+    into ``out``, with the decoders' filter choice: area averaging from a shrink of ``area_above``, bilinear
+    below.
 
     The rectangle may have fractional bounds (a crop mapped onto a DCT-scaled decode, whose pixel j covers
     stored pixels [j f, j f + f)): each output pixel then samples the place it maps to, to a fraction of a
@@ -89,11 +90,11 @@ def resize_into(image: np.ndarray, out: np.ndarray,
     source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
     shrink = max(height / out_height, width / out_width)
     if (y0, x0, *region.shape[:2]) == (top, left, height, width):  # whole pixels: a plain resize
-        interpolation = cv2.INTER_AREA if shrink >= _AREA_ABOVE_SHRINK else cv2.INTER_LINEAR
+        interpolation = cv2.INTER_AREA if shrink >= area_above else cv2.INTER_LINEAR
         result = cv2.resize(source, (out_width, out_height), dst=target, interpolation=interpolation)
     else:
         top, left = top - y0, left - x0
-        if shrink >= _AREA_ABOVE_SHRINK:  # average down to twice the output's density, then place exactly
+        if shrink >= area_above:  # average down to twice the output's density, then place exactly
             denser = (max(1, round(source.shape[1] * 2 * out_width / width)),
                       max(1, round(source.shape[0] * 2 * out_height / height)))
             scale_y, scale_x = denser[1] / source.shape[0], denser[0] / source.shape[1]
