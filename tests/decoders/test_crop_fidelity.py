@@ -17,7 +17,7 @@ import simplejpeg
 
 from beton import Loader
 from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
-from beton.decoders.rgb_image import choose_dct_factor
+from beton.decoders.rgb_image import choose_dct_factor, resize_into
 from beton.fields import IntField, RGBImageField
 from beton.random import operation_key
 from beton.tools.sample_photos import PHOTO_NAMES, photo_crop
@@ -104,3 +104,28 @@ def test_center_and_random_crops_match_a_full_decode_at_every_scale(photos):
         for shrink, values in classes.items():
             assert np.mean(values) >= MEAN_DB and min(values) >= WORST_DB, \
                 (name, shrink, round(float(np.mean(values)), 1), round(min(values), 1))
+
+
+@pytest.mark.parametrize("factor, out", [(2, 40), (2, 12), (4, 40), (4, 12)])
+def test_resize_into_samples_a_fractional_rectangle_where_it_lies(factor, out):
+    """An image box-averaged by ``factor`` (pixel j covers [j f, j f + f)), the crop mapped onto it exactly: close
+    to the full-resolution crop's INTER_AREA resize, bilinear (remaining shrink < 3) and area paths alike, and
+    clearly closer than the rectangle widened to whole pixels."""
+    exact, widened = [], []
+    for index in range(len(PHOTO_NAMES)):
+        photo = photo_crop(index, 480, 480)
+        small = cv2.resize(photo, (480 // factor, 480 // factor), interpolation=cv2.INTER_AREA)
+        rng = np.random.default_rng(index)
+        for _ in range(4):
+            height, width = (int(side) for side in rng.integers(300, 400, 2))
+            top, left = int(rng.integers(0, 480 - height)), int(rng.integers(0, 480 - width))
+            reference = cv2.resize(photo[top : top + height, left : left + width], (out, out),
+                                   interpolation=cv2.INTER_AREA)
+            image = np.empty((out, out, 3), np.uint8)
+            resize_into(small, image, (top / factor, left / factor, height / factor, width / factor))
+            exact.append(psnr(image, reference))
+            resize_into(small[top // factor : -(-(top + height) // factor),
+                              left // factor : -(-(left + width) // factor)], image)
+            widened.append(psnr(image, reference))
+    assert np.mean(exact) >= 38 and min(exact) >= 30, (np.mean(exact), min(exact))
+    assert np.mean(exact) >= np.mean(widened) + 2, (np.mean(exact), np.mean(widened))
