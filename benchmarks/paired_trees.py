@@ -59,8 +59,10 @@ print(statistics.median(rates[1:]), statistics.median(cpu_rates[1:]))
 
 def _run(tree: str, *arguments: str) -> str:
     environment = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
-    return subprocess.run([sys.executable, "-c", _CHILD, *arguments], env=environment, check=True,
-                          capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-c", _CHILD, *arguments], env=environment, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{tree} {arguments[0]} failed:\n{done.stderr}")
+    return done.stdout
 
 
 def main() -> None:

@@ -192,7 +192,8 @@ class _CropDecoder(_ScanReader):
         """
         top, left, crop_height, crop_width = crop
         factor = choose_dct_factor(crop_height, crop_width, out_shape[0], out_shape[1])
-        bottom = None if self.decode_whole else top + crop_height
+        # a crop that starts between decoded rows is shifted onto them, which reads the row below its hull
+        bottom = None if self.decode_whole else top + crop_height + (factor if top % factor else 0)
         image = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, scratch)
         return image, (top / factor, left / factor, crop_height / factor, crop_width / factor)
 
