@@ -44,12 +44,13 @@ PEERS = {"Mosaic Streaming": ("streaming", "mosaic_images"), "LitData": ("litdat
 @pytest.mark.parametrize("name", PEERS)
 def test_a_peer_that_is_not_installed_is_skipped_with_its_reason(name, tmp_path, monkeypatch):
     from beton.tools.bench import peers
-    from beton.tools.bench.suite import _measure
+    from beton.tools.bench.suite import measure_contenders
 
     module, builder = PEERS[name]
     monkeypatch.setitem(sys.modules, module, None)  # what `import` meets when the package is missing
-    result = _measure({name: lambda: getattr(peers, builder)(make_jpegs(2, 256), c.ImageTask("rrc", 160, 2),
-                                                               str(tmp_path / "files"))}, repeats=1)
+    build = getattr(peers, builder)
+    result = measure_contenders({name: lambda: build(make_jpegs(2, 256), c.ImageTask("rrc", 160, 2),
+                                                     str(tmp_path / "files"))}, repeats=1)
     assert name in result["skipped"] and "not importable" in result["skipped"][name]
     assert module in result["skipped"][name]
     assert result["images_per_s"] == result["conversion_seconds"] == {}

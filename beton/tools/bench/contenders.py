@@ -27,7 +27,8 @@ from beton.pipeline.operation import Scratch
 from beton.random import operation_key
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 
-__all__ = ["Converted", "converted", "ImageTask", "TorchImages", "beton_images", "torch_images", "ffcv_images", "dali_images", "webdataset_images",
+__all__ = ["Converted", "converted", "ImageTask", "TorchImages", "beton_images", "torch_images", "ffcv_images",
+           "dali_images", "webdataset_images",
            "DecodeLimit", "beton_raw", "torch_raw", "ffcv_raw"]
 
 WORKERS = 2

@@ -42,10 +42,13 @@ from beton.tools.bench.report import run_header
 from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite", "measured_epoch"]
+__all__ = ["run_suite", "measure_contenders", "measured_epoch"]
 
 
-def _measure(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
+def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
+    """Build each contender (a string skips it, with that reason), then time them side by side
+    (:func:`~beton.tools.bench.timing.alternating_runs`): medians, every round, paired ratios to beton, skip
+    reasons and conversion seconds."""
     contenders, skipped, conversions = {}, {}, {}
     for name, build in builders.items():
         built = build()
@@ -72,16 +75,20 @@ _LIMITS = {"whole": "decode limit (whole image)", "crop": "decode limit (crop ro
 
 def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
     path = os.path.join(directory, f"{name}.beton")
-    result = _measure({
+
+    def files(kind: str) -> str:  # a contender's own folder for this scenario
+        return os.path.join(directory, f"{kind}-{name}-{task.kind}")
+
+    result = measure_contenders({
         "beton": lambda: c.converted(lambda: c.write_beton_images(jpegs, path), lambda: c.beton_images(path, task)),
         **{limit: (lambda rows=rows: c.DecodeLimit(jpegs, task, rows)) for rows, limit in _LIMITS.items()},
         "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
         "DALI (CPU)": lambda: c.dali_images(jpegs, task),
-        "WebDataset": lambda: c.webdataset_images(jpegs, task, os.path.join(directory, f"wds-{name}-{task.kind}")),
-        "Mosaic Streaming": lambda: peers.mosaic_images(jpegs, task, os.path.join(directory, f"mds-{name}-{task.kind}")),
-        "LitData": lambda: peers.litdata_images(jpegs, task, os.path.join(directory, f"litdata-{name}-{task.kind}")),
+        "WebDataset": lambda: c.webdataset_images(jpegs, task, files("wds")),
+        "Mosaic Streaming": lambda: peers.mosaic_images(jpegs, task, files("mds")),
+        "LitData": lambda: peers.litdata_images(jpegs, task, files("litdata")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
     result["beton_share"] = {rows: result["beton_over"][limit] for rows, limit in _LIMITS.items()}
@@ -92,7 +99,7 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
 def _raw_scenario(count: int, directory: str, repeats: int) -> dict:
     images, labels = make_raw_images(count)
     path = c.write_beton_raw(images, labels, os.path.join(directory, "raw.beton"))
-    return _measure({
+    return measure_contenders({
         "beton": lambda: c.beton_raw(path, 512),
         "FFCV 1.0.2": lambda: c.ffcv_raw(images, labels, directory, 512),
         "torch DataLoader (memmap)": lambda: c.torch_raw(images, labels, directory, 512),
