@@ -65,9 +65,14 @@ def _fields():
 
 @pytest.fixture(scope="module")
 def local_ray():
+    # ray.init installs handlers of its own (SIGTERM's, for one) that shutdown leaves behind: put the process's back,
+    # so that later tests see the handlers a program has (beton's writer acts on SIGTERM only at its default)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 def _dataset(blocks=3, count=ROWS):

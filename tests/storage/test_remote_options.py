@@ -114,9 +114,14 @@ def test_the_loader_passes_remote_to_the_file_system(guarded, source):
     urls, manifest, _ = guarded
     path = {"one file": urls[0], "a list": urls, "a manifest": manifest}[source]
     with Loader(path, batch_size=16, num_workers=1, pipelines=PIPELINES, remote=OPTIONS) as loader:
-        readers = getattr(loader.reader, "readers", [loader.reader])
-        # several remote files share one read-ahead budget: the rest of the options arrive as given
-        assert all(reader.remote.options.storage_options is OPTIONS.storage_options for reader in readers)
+        dataset = loader.reader
+        if source == "one file":
+            assert dataset.remote.options.storage_options is OPTIONS.storage_options
+        else:  # shards open as an epoch reaches them, as the union's open_shard opens them
+            for number in range(len(dataset.manifest.shards)):
+                with dataset.open_shard(number) as shard:
+                    # several remote files share one read-ahead budget: the rest of the options arrive as given
+                    assert shard.remote.options.storage_options is OPTIONS.storage_options
         expected = list(range(COUNTS[0] if source == "one file" else sum(COUNTS)))
         assert labels(loader) == expected and labels(loader) == expected  # a second epoch checks identities
 
