@@ -64,15 +64,16 @@ OpenedDataset = Union[Reader, "ShardedDataset"]
 
 def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote: RemoteOptions | None = None) -> OpenedDataset:
+                 remote: RemoteOptions | None = None, verify_content: bool = False) -> OpenedDataset:
     """The dataset ``source`` names, opened and validated: a :class:`Reader` for one beton file (a path or URL that
     is neither a glob nor a manifest file: exactly what ``Reader(source)`` gives), else a :class:`ShardedDataset`
     (a list, even of one file; a glob; a manifest file; a Manifest). The arguments are the Reader's."""
     if names_one_file(source):
-        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels, remote=remote)
+        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels, remote=remote,
+                      verify_content=verify_content)
     manifest = dataset_manifest(source, remote=remote)
     return ShardedDataset(manifest, description=_describe(source, manifest), custom_fields=custom_fields,
-                          max_image_pixels=max_image_pixels)
+                          max_image_pixels=max_image_pixels, verify_content=verify_content)
 
 
 def content_digest(dataset: OpenedDataset) -> str:
@@ -115,13 +116,14 @@ class ShardedDataset(TableNames):
     def __init__(self, manifest: Manifest, *, description: str | None = None,
                  custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None, verify_content: bool = False) -> None:
         if not manifest.shards:
             raise ShardError("no shards given: a dataset has at least one file")
         self.manifest = manifest
         self.path = description or _describe(manifest, manifest)
         self.readers: tuple[Reader, ...] = ()
-        self.readers = _open_shards(manifest, dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels),
+        self.readers = _open_shards(manifest, dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
+                                                   verify_content=verify_content),
                                     remote if remote is not None else manifest.remote)
         try:
             self._join()

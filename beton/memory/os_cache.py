@@ -24,8 +24,10 @@ import mmap
 import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
+from beton.memory.page_schedule import Heap
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
+from beton.storage.digests import PageDigests
 from beton.storage.page_source import LocalFile
 from beton.dataset.union import OpenedDataset, ShardedDataset
 
@@ -67,6 +69,8 @@ class OSCacheLayer(MemoryLayer):
         if not readahead and hasattr(self.mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             self.mapping.madvise(mmap.MADV_RANDOM)
         self._memory = np.frombuffer(self.mapping, np.uint8)  # read-only, as every layer's memory
+        self._heap = Heap.of(reader)
+        self._digests = PageDigests.of([reader])  # None unless the Reader checks content
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
         """Views of the map: no staging in the slot and nothing held for the batch (``batch``, ``slot`` unused)."""
@@ -76,6 +80,15 @@ class OSCacheLayer(MemoryLayer):
         self.file.check()  # the batch's decoders read the map next: the file must not have shrunk
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
+        if self._digests is not None:
+            self._check_content(offsets, sizes)
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
+
+    def _check_content(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Hash every page under these payloads that no batch has loaded yet (whole pages, even where decoders
+        read parts of payloads: a page's digest covers all of it)."""
+        for page in self._digests.unchecked(self._heap.pages_of(offsets, sizes)).tolist():
+            start, end = self._heap.page_bounds(page)
+            self._digests.check(page, self._memory[start:end])
