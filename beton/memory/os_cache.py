@@ -10,10 +10,12 @@ the memory layer touches the Reader's map only while the Loader is built: tables
 copied then, and payloads are read from a map of the layer's own descriptor
 (:class:`~beton.storage.page_source.LocalFile`). Its size and modification time are checked before every batch,
 and the path's identity when an epoch starts, so a file truncated, rewritten or replaced raises
-:class:`~beton.errors.FormatError` naming the file in the training loop. What remains: a truncation after a
-batch's check and before its decoders have read its payloads still raises SIGBUS (see "Memory" in
-docs/loader.md). A file replaced by a rename keeps being read from the file the Loader opened until the next
-epoch starts, which raises.
+:class:`~beton.errors.FormatError` naming the file in the training loop. A check cannot stop a truncation between
+it and the decoders' reads: a read lease on the descriptor does (:mod:`beton.memory.file_lease`: whoever truncates
+the file or opens it for writing waits until no batch reads the map, and the next batch raises). Where the
+kernel grants no lease (another user's file, NFS: ``layer.lease.held`` is False), that window remains (see
+"Memory" in docs/loader.md). A file replaced by a rename keeps being read from the file the Loader opened until
+the next epoch starts, which raises.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import mmap
 import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
+from beton.memory.file_lease import FileLease
 from beton.memory.page_schedule import Heap
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
@@ -52,8 +55,8 @@ class OSCache(MemoryStrategy):
 class OSCacheLayer(MemoryLayer):
     """The running OS cache: each batch's sources are views of one memory map of the opened file.
 
-    It holds nothing per epoch or per batch, so it keeps the base class's ``start_epoch`` (file check, counters,
-    pieces) and ``batch_done`` (nothing to release).
+    It keeps the base class's ``start_epoch`` (file check, counters, pieces); a batch holds the file's read lease
+    from its ``source`` to its ``batch_done``.
     """
 
     def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
@@ -71,6 +74,7 @@ class OSCacheLayer(MemoryLayer):
         self._memory = np.frombuffer(self.mapping, np.uint8)  # read-only, as every layer's memory
         self._heap = Heap.of(reader)
         self._digests = PageDigests.of([reader])  # None unless the Reader checks content
+        self.lease = FileLease(file.fd, file.path)
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
         """Views of the map: no staging in the slot and nothing held for the batch (``batch``, ``slot`` unused)."""
@@ -78,6 +82,7 @@ class OSCacheLayer(MemoryLayer):
         if column < 0:
             return self.empty_source(stored)
         self.file.check()  # the batch's decoders read the map next: the file must not have shrunk
+        self.lease.enter(batch)  # and nobody may shrink it until batch_done
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
         if self._digests is not None:
@@ -85,6 +90,13 @@ class OSCacheLayer(MemoryLayer):
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
+
+    def batch_done(self, batch: int) -> None:
+        self.lease.leave(batch)
+
+    def close(self) -> None:
+        self.lease.close()  # before the descriptor it watches is closed
+        super().close()
 
     def _check_content(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
         """Hash every page under these payloads that no batch has loaded yet (whole pages, even where decoders
