@@ -31,6 +31,7 @@ __all__ = ["FileLease", "POLL_SECONDS"]
 
 #: How often the watching thread asks whether a break is pending: what a truncation waits for, at least.
 POLL_SECONDS = 0.02
+_JOIN_SECONDS = 0.1
 _LEASE_SIGNAL = getattr(signal, "SIGURG", 0)  # ignored by default; SIGIO (the kernel's default) ends the process
 
 
@@ -68,28 +69,36 @@ class FileLease:
             self._condition.notify_all()
 
     def _watch(self) -> None:
+        # Every call on the descriptor is made holding the condition and only before close() (which sets _stop
+        # holding it): the descriptor is closed after close(), and its number may then name another file.
         while not self._stop.wait(POLL_SECONDS):
-            try:
-                if fcntl.fcntl(self._fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
-                    continue
-            except OSError:  # the descriptor was closed: close() is under way
-                return
             with self._condition:
+                if self._stop.is_set():
+                    return
+                try:
+                    if fcntl.fcntl(self._fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
+                        continue
+                except OSError:
+                    return
                 self._broken = True
                 self._condition.wait_for(lambda: not self._reading or self._stop.is_set())
-            try:
-                fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # the other process goes on
-            except OSError:
-                pass  # the kernel broke it already (the lease-break time passed)
-            return
+                if self._stop.is_set():
+                    return  # closing the descriptor releases the lease
+                try:
+                    fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # the other process goes on
+                except OSError:
+                    pass  # the kernel broke it already (the lease-break time passed)
+                return
 
     def close(self) -> None:
-        """Stop watching (the lease ends when the descriptor is closed)."""
-        self._stop.set()
+        """Stop watching; the caller closes the descriptor afterwards, which ends the lease. Joins the thread only
+        briefly (close also runs in finalisers, as the page reader's stop does): once ``_stop`` is set it makes
+        no further call on the descriptor, and it ends by itself."""
         with self._condition:
+            self._stop.set()
             self._condition.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(_JOIN_SECONDS)
 
 
 def _take_lease(fd: int) -> bool:

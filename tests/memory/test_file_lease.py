@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,24 +24,28 @@ SAMPLES = 12
 RUNS = 4
 
 
-def read_while_truncated(path: str, delay: str) -> None:
-    """Subprocess side: read epochs through the OS cache while another process truncates the file after ``delay``
-    seconds; print what the loop saw (a SIGBUS would end this process instead)."""
-    outcome = {"batches": 0, "error": None, "lease": None}
-    truncator = None
-    with Loader(path, batch_size=2, num_workers=2, memory=OSCache(), batches_ahead=2) as loader:
-        outcome["lease"] = loader.memory.lease.held
-        try:
-            for _ in range(50):
-                for big, label in loader:
-                    outcome["batches"] += 1
-                    if truncator is None:
-                        truncator = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep({delay});"
-                                                      f"os.truncate({path!r}, 8192)"])
-        except BetonError as error:
-            outcome["error"] = [type(error).__name__, str(error)]
-    truncator.wait(timeout=60)
-    print(json.dumps(outcome))
+def read_while_truncated(*paths: str) -> None:
+    """Subprocess side: for each file, read epochs through the OS cache while another process (a shell) truncates
+    it, at a moment that differs from file to file; print what the loop saw (a SIGBUS would end this
+    process instead)."""
+    outcomes = []
+    for run, path in enumerate(paths):
+        outcome = {"batches": 0, "error": None, "lease": None}
+        truncator = None
+        with Loader(path, batch_size=2, num_workers=2, memory=OSCache(), batches_ahead=2) as loader:
+            outcome["lease"] = loader.memory.lease.held
+            try:
+                for _ in range(50):
+                    for big, label in loader:
+                        outcome["batches"] += 1
+                        if truncator is None:  # during reads and between them
+                            # (coreutils' truncate opens without waiting, so it would fail on the lease instead)
+                            truncator = subprocess.Popen(["sh", "-c", f"sleep {0.02 + 0.05 * run:.2f}; : > '{path}'"])
+            except BetonError as error:
+                outcome["error"] = [type(error).__name__, str(error)]
+        truncator.wait(timeout=60)
+        outcomes.append(outcome)
+    print(json.dumps(outcomes))
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +57,19 @@ def big_file(tmp_path_factory):
 def test_a_truncation_under_a_reading_loader_is_a_format_error_never_sigbus(big_file, tmp_path):
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), str(TESTS),
                                                                 os.environ.get("PYTHONPATH", "")])}
-    runs = []
-    for run in range(RUNS):
-        copy = tmp_path / f"run{run}.beton"
+    copies = [tmp_path / f"run{run}.beton" for run in range(RUNS)]
+    for copy in copies:
         copy.write_bytes(big_file.read_bytes())
-        delay = f"{0.05 + 0.1 * run:.2f}"  # a spread of moments, during reads and between them
-        runs.append(subprocess.Popen(
-            [sys.executable, "-c", "import sys, test_file_lease; test_file_lease.read_while_truncated(*sys.argv[1:])",
-             str(copy), delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment))
-        time.sleep(0.1)
-    for run, process in enumerate(runs):
-        stdout, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, f"run {run}: the loader process died ({process.returncode}): {stderr[-2000:]}"
-        outcome = json.loads(stdout.strip().splitlines()[-1])
+    process = subprocess.run(
+        [sys.executable, "-c", "import sys, test_file_lease; test_file_lease.read_while_truncated(*sys.argv[1:])",
+         *map(str, copies)], capture_output=True, text=True, env=environment, timeout=300)
+    assert process.returncode == 0, f"the loader process died ({process.returncode}): {process.stderr[-2000:]}"
+    outcomes = json.loads(process.stdout.strip().splitlines()[-1])
+    for copy, outcome in zip(copies, outcomes, strict=True):
         assert outcome["lease"] is True
         assert outcome["error"] is not None and outcome["error"][0] == "FormatError", outcome
-        assert f"run{run}.beton" in outcome["error"][1]
-        assert Path(tmp_path / f"run{run}.beton").stat().st_size == 8192  # the truncation went through
+        assert copy.name in outcome["error"][1]
+        assert copy.stat().st_size == 0  # the truncation went through
 
 
 def test_a_loader_that_gets_no_lease_still_reads(big_file, tmp_path):
