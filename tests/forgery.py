@@ -35,3 +35,26 @@ def forge_keeping_crc32(data: bytearray, start: int, end: int, changes: dict[int
         target, patch = target ^ basis[top][0], patch ^ basis[top][1]
     data[free : free + 4] = patch.to_bytes(4, "little")
     assert zlib.crc32(data[start:end]) == wanted
+
+
+def resign_digests(content: bytearray, header) -> None:
+    """Lay out a version-3 file's digest table again after its last other table, for the heap and tables that
+    ``header`` (a HEADER_DTYPE record, changed in place) points to: the digests an attacker who edits a file
+    recomputes (only a pin of the header, such as a manifest's hash, tells the result from the original). Files
+    of earlier versions are left as they are."""
+    from beton.storage import format as fmt
+    from beton.storage.digests import digest
+
+    if int(header["version"]) < fmt.DIGESTS_VERSION:
+        return
+    page_size, heap_end = int(header["page_size"]), fmt.HEAP_OFFSET + int(header["heap_size"])
+    pages = [digest(content[start : min(start + page_size, heap_end)])
+             for start in range(fmt.HEAP_OFFSET, heap_end, page_size)]
+    tables = [digest(content[int(header[name]["offset"]) :][: int(header[name]["size"])])
+              for name in fmt.DIGESTED_TABLES]
+    table = b"".join(pages + tables)
+    content += bytes(-len(content) % 64)
+    header["digest_table"]["offset"], header["digest_table"]["size"] = len(content), len(table)
+    header["digest_table"]["crc32"] = zlib.crc32(table)
+    header["content_digest"] = digest(table)
+    content += table
