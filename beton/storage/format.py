@@ -42,10 +42,9 @@ Why it looks like this:
   a hash of the header (what a manifest records) pins the content: a forged byte changes a page's digest, hence
   the digest table, hence the header. Per page, so a reader can check each page as it first loads it instead of
   reading the whole file first. BLAKE2b because it is in :mod:`hashlib` everywhere and faster than SHA-256.
-* **Versions name what a file uses, not who wrote it.** A file is written as version 1 unless it has file-level
-  metadata; then it is version 2, whose only addition is the metadata table (its reference sits in header bytes
-  that version 1 reserves). A reader that knows only version 1 refuses a version-2 file by its version number
-  instead of misreading it. Version 3 adds the digest table (and always has a metadata table, ``{}`` when there
+* **Versions name what a file uses, not who wrote it.** Version 2 added the metadata table to version 1 (its
+  reference sits in header bytes that version 1 reserves), so a reader that knows only version 1 refuses a
+  version-2 file by its version number instead of misreading it. Version 3 adds the digest table (and always has a metadata table, ``{}`` when there
   is no metadata): every file written now is version 3; versions 1 and 2 are still read, and say that they
   carry no content digests.
 * **Field records keep full UTF-8 names and JSON constructor arguments** (never pickle), plus the metadata
