@@ -94,7 +94,7 @@ class DiskPageCache:
     def _remove_stale_temporaries(self) -> int:
         try:
             with _Directories(self._open_root(), self.key) as (root, directory), _Lock(root):
-                return _sweep(root, [directory])[0]
+                return _sweep(root, [directory], "")[0]
         except (_Unusable, CacheDirError, OSError):
             return 0
 
@@ -148,7 +148,7 @@ class DiskPageCache:
                     with _Lock(root):
                         usage = _read_usage(root)
                         if self.limit is not None and usage + size > self.limit:
-                            usage = _evict(root, self.limit - size)
+                            usage = _evict(root, self.limit - size, temporary)
                         replaced = _size_of_page(directory, str(page))
                         stored = replace_with(directory, temporary, str(page))  # removes it if not
                         temporary = None
@@ -255,9 +255,10 @@ def _remove_entry(directory: int, name: str) -> None:
 
 # ---- under the lock -------------------------------------------------------------------------------------------
 
-def _evict(root: int, target: int) -> int:
+def _evict(root: int, target: int, own: str) -> int:
     """Remove the least recently used pages until the cache holds at most ``target`` bytes, counting the bytes of
-    temporaries being written (after removing those of crashed processes); the bytes of its pages then."""
+    temporaries other processes are writing (after removing those of crashed processes; ``own`` is the caller's,
+    for which ``target`` makes room); the bytes of its pages then."""
     opened: dict[str, int] = {}
     try:
         for key in _page_directories(root):
@@ -265,7 +266,7 @@ def _evict(root: int, target: int) -> int:
                 opened[key] = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
             except OSError:
                 continue
-        writing = _sweep(root, list(opened.values()))[1]
+        writing = _sweep(root, list(opened.values()), own)[1]
         entries = sorted(_pages(root), key=lambda entry: entry[2])  # (directory, name, mtime, size), oldest first
         total = sum(size for *_, size in entries)
         for key, name, _, size in entries:
@@ -299,16 +300,16 @@ def _write_usage(root: int, usage: int) -> None:
     replace_with(root, temporary, "usage")
 
 
-def _sweep(root: int, directories: list[int]) -> tuple[int, int]:
+def _sweep(root: int, directories: list[int], own: str) -> tuple[int, int]:
     """Under the lock: remove the temporaries of crashed processes, every ``.usage-*`` of the root and the
     ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` in ``directories`` (page directory descriptors);
-    how many were removed, and the bytes of the younger ``.partial-*`` (pages being written)."""
+    how many were removed, and the bytes of the younger ``.partial-*`` but ``own`` (pages being written)."""
     user, oldest = os.geteuid(), time.time_ns() - STALE_TEMPORARY_SECONDS * 10**9
     removed = writing = 0
     for directory, prefix in [(root, _USAGE)] + [(directory, _PARTIAL) for directory in directories]:
         try:
             with os.scandir(directory) as entries:
-                found = [entry for entry in entries if entry.name.startswith(prefix)]
+                found = [entry for entry in entries if entry.name.startswith(prefix) and entry.name != own]
         except OSError:
             continue
         for entry in found:
