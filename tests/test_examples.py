@@ -88,3 +88,11 @@ def test_detection_example_boxes_agree_with_the_pixels(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert float(re.search(r"mean IoU (\d\.\d+)", result.stdout).group(1)) >= 0.9
     assert (tmp_path / "detection_batch.png").stat().st_size > 10_000
+
+
+def test_ray_build_writes_shards_through_ray_and_trains_from_the_manifest():
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'beton[ray]')")
+    result = run_example("ray_build.py", "--quick")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "wrote 120 images in 3 shards" in result.stdout
+    assert "trained 6 steps from the manifest" in result.stdout

@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     # FFCV's contracts, adapted: above the core, which reaches them only through seams in the layers below
     ("beton.ffcv",),
     ("beton.tools",),
+    # beton on Ray Data (the optional extra beton[ray]): writes with the storage layer, reads datasets
+    ("beton.ray",),
     # faces: the package's top-level names and FFCV's import paths, which gather names from every layer
     ("beton", "beton.__main__", "beton.reader", "beton.writer", "beton.memory_managers", "beton.libffcv",
      "beton.convert", "beton.show", "beton.traversal_order"),

@@ -27,8 +27,8 @@ differ) and the merged file gets it; ``metadata=`` sets the merged file's instea
 
 Memory: the data and allocation tables of the merged file (as in a write), plus one chunk of payloads (at most
 about :data:`CHUNK_BYTES`, or one payload when it is larger) and one page of grouped samples. Shards are opened one
-at a time. The file is written under a temporary name and renamed when complete; an error, Ctrl-C or SIGTERM
-leaves the target path as it was.
+at a time. The file is written under a temporary name and renamed when complete (a URL: uploaded when complete,
+:mod:`beton.storage.remote.upload`); an error, Ctrl-C or SIGTERM leaves the target as it was.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.storage.file_builder import FileBuilder, sigterm_cleans_up, write_error
 from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
-from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote import RemoteOptions
 from beton.dataset.shards import Source, dataset_manifest
 from beton.storage.verify import page_error
 
@@ -76,15 +76,15 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
           metadata: Mapping[str, Any] | None | Literal["shards"] = "shards",
           custom_fields: Mapping[str, type[Field]] | None = None, remote: RemoteOptions | None = None) -> MergeReport:
     """Combine the shards ``source`` names (files, URLs, globs, manifest files or a list of them: see
-    :func:`~beton.dataset.shards.dataset_manifest`) into the local file ``output`` (module docstring).
+    :func:`~beton.dataset.shards.dataset_manifest`) into the file ``output``, a path or a URL (uploaded once
+    complete, as ``DatasetWriter`` does; module docstring).
 
     ``page_size``: the merged file's (default: the first shard's). ``metadata``: "shards" (default) takes the
     shards' file-level metadata, which must be the same in all; a mapping (or None: none) sets it instead.
-    ``custom_fields``, ``remote`` (how shards and manifests at URLs are read): as for :class:`~beton.Reader`.
+    ``custom_fields``, ``remote`` (how shards, manifests and an ``output`` at URLs are reached): as for
+    :class:`~beton.Reader`.
     """
     output = os.fspath(output)
-    if is_url(output):
-        raise ValueError(f"merge writes a local file, got the URL {output!r} (merge locally, then upload)")
     if page_size is not None and not fmt.is_valid_page_size(page_size):
         raise ValueError(f"page_size must be a power of two between {fmt.MIN_PAGE_SIZE} and {fmt.MAX_PAGE_SIZE}, "
                          f"got {page_size}")
@@ -106,7 +106,7 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
                         page_size = page_size or reader.page_size
                         table = encode_metadata(first_metadata) if from_shards else chosen_metadata
                         with _writing(output):
-                            builder = _builder(output, reader, page_size, table)
+                            builder = _builder(output, reader, page_size, table, remote)
                     elif from_shards:
                         _check_metadata(first_metadata, reader.metadata, number)
                     reader.check_payloads()
@@ -135,7 +135,8 @@ def _writing(path: str) -> Iterator[None]:
         raise write_error(path, error) from error
 
 
-def _builder(output: str, reader: Reader, page_size: int, metadata: bytes | None) -> FileBuilder:
+def _builder(output: str, reader: Reader, page_size: int, metadata: bytes | None,
+             remote: RemoteOptions | None) -> FileBuilder:
     """The builder of the merged file, with the first shard's fields (the others' are checked against them)."""
     for name, field in reader.fields.items():
         if isinstance(field, UnknownField):
@@ -147,7 +148,7 @@ def _builder(output: str, reader: Reader, page_size: int, metadata: bytes | None
     # The builder numbers payload columns in field order, as every beton writer does: the shard's field table is
     # then valid as it is, and copied byte for byte; a file numbered otherwise gets a table built from its fields.
     field_table = _field_table(reader) if columns == list(range(len(columns))) else None
-    return FileBuilder(spec, page_size, metadata, field_table=field_table)
+    return FileBuilder(spec, page_size, metadata, field_table=field_table, remote=remote)
 
 
 def _field_table(reader: Reader) -> bytes:

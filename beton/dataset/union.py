@@ -23,40 +23,59 @@ first difference), a shard whose header's SHA-256 or sample count is not what it
 sizes differ (their pages would not line up in one address space; ``beton merge --page-size`` makes one file of
 them), FFCV files (no checksums). A shard that is not there is a :class:`~beton.errors.ShardNotFoundError`.
 
-Memory: what each shard's Reader holds (its tables; for a URL, fetched and bounded by the file's size), the
-concatenated copies of the data and allocation tables, and 8 bytes per page. Remote shards share one read-ahead
-budget: each gets ``prefetch_bytes`` divided by the number of remote shards (at least one page), so the pages
-fetched ahead stay within what one remote file holds.
+No shard stays open: opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local
+shards read whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes
+it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
+``max_open_shards`` (:data:`DEFAULT_OPEN_SHARDS`), so descriptors, maps and fetch pools stay bounded whatever the
+shard count.
 
-The OS cache (one memory map) cannot present several files as one buffer: a ShardedDataset is read through the
-process cache, a Loader's default for it; ``OSCache`` with one is a ValueError.
+Memory: the data and allocation tables joined (copies), 8 bytes per page and a few integers per shard. Remote
+shards share one read-ahead budget: each open one gets ``prefetch_bytes`` divided by the number that can be open
+at once (at least one page), so the pages fetched ahead stay within what one remote file holds.
+
+The OS cache (one memory map) cannot present several files as one buffer: over a ShardedDataset it maps each local
+shard as a batch needs it and copies the batch's payloads out (:class:`~beton.memory.os_cache.ShardMapsLayer`);
+the process cache, a Loader's default for several files, reads their pages.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
+import mmap
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import numpy as np
 
-from beton.errors import BetonError, LoaderError, ShardError, ShardNotFoundError, locate
+from beton.errors import BetonError, FormatError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
+from beton.limits import ReadLimits
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.storage.page_source import PageSource
+from beton.dataset.shard_tables import FirstShard, ShardTables, read_small_tables, tables_of_reader, records
+from beton.storage import format as fmt
+from beton.storage.digests import PageDigests
+from beton.storage.metadata import decode_metadata
+from beton.storage.page_source import LocalFile, PageSource
 from beton.storage.reader import Reader, TableNames
-from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote import RemoteOptions, RemotePageSource, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
 from beton.dataset.shards import Source, dataset_manifest, names_one_file
 
-__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "content_digest", "OpenedDataset"]
+__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "page_digests", "content_digest",
+           "OpenedDataset", "DEFAULT_OPEN_SHARDS"]
 
 _MAX_CONCURRENT_OPENS = 16  # remote shards whose headers and tables are fetched at once
+#: Shards a dataset's page source holds open at once (a descriptor each, or for a URL a pool of fetch threads):
+#: opening one more closes the least recently read. Enough for the shards a few batches of any order touch
+#: together; ``ShardedDataset(..., max_open_shards=...)`` sets another bound.
+DEFAULT_OPEN_SHARDS = 64
 
 #: What a Loader reads: one file, or several as one.
 OpenedDataset = Union[Reader, "ShardedDataset"]
@@ -78,7 +97,8 @@ def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | N
 
 def content_digest(dataset: OpenedDataset) -> str:
     """A short hex digest naming the dataset's content, not where it lies (the same on another node, under another
-    path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page),
+    path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page, and
+    in format version 3 the digest of its digest table),
     or, for an FFCV file (no checksums), of its tables."""
     if isinstance(dataset, ShardedDataset):
         parts = [shard.header_sha256 for shard in dataset.manifest.shards]
@@ -89,11 +109,24 @@ def content_digest(dataset: OpenedDataset) -> str:
     return hashlib.blake2b("/".join(parts).encode(), digest_size=8).hexdigest()
 
 
+def page_digests(dataset: OpenedDataset) -> PageDigests | None:
+    """What a memory layer checks the pages it first loads against (``verify_content``): a new record, no page
+    checked yet, of the digests of the pages of every file whose content is checked; None where none is."""
+    if not isinstance(dataset, ShardedDataset):
+        return PageDigests.of(dataset)
+    if dataset.page_digests is None:
+        return None
+    return PageDigests([shard.location for shard in dataset.manifest.shards], dataset.page_digests,
+                       dataset.first_page, np.repeat(~dataset.content_checked, np.diff(dataset.first_page)))
+
+
 def open_page_source(dataset: OpenedDataset) -> PageSource:
     """Where the process cache reads a dataset's pages: the file's own page source for a Reader (local or remote),
     :class:`ShardedPages` for several files."""
     if isinstance(dataset, ShardedDataset):
-        return ShardedPages(dataset)
+        pages = ShardedPages(dataset)
+        dataset._page_sources.append(pages)  # closed with the dataset
+        return pages
     return page_source.open_page_source(dataset)
 
 
@@ -103,67 +136,116 @@ class ShardedDataset(TableNames):
     Attributes, as a Reader's: ``path`` (a description: the manifest file, the glob, or the first file and how many
     more), ``num_samples``, ``fields``, ``descriptors``, ``data_table``, ``allocation_table`` (offsets in the virtual
     address space), ``handlers`` and ``alloc_table`` (FFCV's names for ``fields`` and ``allocation_table``),
-    ``page_size``, ``num_pages``, ``heap_offset``, ``heap_size``, ``page_ends``. Its own:
-    ``manifest`` (the shards in order, their global ranges), ``readers`` (each shard's open Reader),
-    ``first_page`` (int64, ``len(shards) + 1``: shard k's pages are virtual pages ``first_page[k]`` to
-    ``first_page[k + 1]``) and ``shifts`` (virtual offset minus the shard's own offset, per shard).
+    ``page_size``, ``num_pages``, ``heap_offset``, ``heap_size``, ``page_ends``. Its own: ``manifest`` (the shards
+    in order, their global ranges), ``first_page`` (int64, ``len(shards) + 1``: shard k's pages are virtual pages
+    ``first_page[k]`` to ``first_page[k + 1]``), ``shifts`` (virtual offset minus the shard's own offset, per
+    shard), ``heap_ends`` (where each shard's heap ends, virtually), ``file_sizes`` (each file's size when opened)
+    and ``max_open_shards`` (how many shards its page sources hold open at once).
 
-    ``dataset[g]`` and :meth:`payload` take global sample indices. Close it (or use it as a context manager) to
-    release the shards. Shards at URLs are opened as ``remote`` says (default: the manifest's own
-    :class:`~beton.storage.remote.RemoteOptions`).
+    ``verify_content`` is the Reader's, per shard (the shards of a manifest file are checked at least where they
+    carry digests: :meth:`~beton.dataset.manifest.Manifest.content_checks`); every shard's tables are checked on
+    opening, and its pages as a Loader first loads them. Attributes: ``verify_content`` (whether any shard's pages
+    are checked), ``content_checked`` (which shards'), ``page_digests`` (the stored digest of every virtual page,
+    zeros where not checked; None when none is).
+
+    No shard stays open: opening reads each shard's tables and closes it; pages are read through
+    :class:`ShardedPages`, which opens shards as an epoch reaches them. ``dataset[g]`` and :meth:`payload` take
+    global sample indices (each opens the shard's Reader for the call). :meth:`close` (or leaving a ``with`` block)
+    closes every page source made from it. Shards at URLs are opened as ``remote`` says (default: the manifest's
+    own :class:`~beton.storage.remote.RemoteOptions`).
     """
 
     def __init__(self, manifest: Manifest, *, description: str | None = None,
                  custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote: RemoteOptions | None = None, verify_content: bool = False) -> None:
+                 remote: RemoteOptions | None = None, max_open_shards: int = DEFAULT_OPEN_SHARDS,
+                 verify_content: bool = False) -> None:
         if not manifest.shards:
             raise ShardError("no shards given: a dataset has at least one file")
+        if isinstance(max_open_shards, bool) or not isinstance(max_open_shards, int) or max_open_shards < 1:
+            raise ValueError(f"max_open_shards must be a positive integer, got {max_open_shards!r}")
         self.manifest = manifest
         self.path = description or _describe(manifest, manifest)
-        self.readers: tuple[Reader, ...] = ()
-        self.readers = _open_shards(manifest, dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                                                   verify_content=verify_content),
-                                    remote if remote is not None else manifest.remote)
-        try:
-            self._join()
-        except BaseException:
-            self.close()
-            raise
+        self.max_open_shards = max_open_shards
+        self.remote_shards = _read_only(np.array([is_url(shard.location) for shard in manifest.shards], bool))
+        self._remote = _shared_budget(remote if remote is not None else manifest.remote,
+                                      int(self.remote_shards.sum()), max_open_shards)
+        self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
+                                    verify_content=verify_content)
+        self._page_sources: list[ShardedPages] = []
+        with self.open_shard(0) as first_reader:
+            first_tables, first = tables_of_reader(first_reader)
+            self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
+            self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
+        tables = [first_tables, *_read_tables(self, first, manifest.content_checks(verify_content))]
+        self._join(tables, first)
+        self._check_records(tables, first)
+        self._join_digests(tables)
+        self._metadata_json = first_tables.metadata_json
+        self._other_metadata = {number: table.metadata_json for number, table in enumerate(tables)
+                                if table.metadata_json != first_tables.metadata_json}
+        for number, raw in self._other_metadata.items():
+            with error_context(path=manifest.shards[number].location):
+                decode_metadata(raw)  # checked on open, as a Reader checks its own
 
-    def _join(self) -> None:
-        readers, first = self.readers, self.readers[0]
-        for number, reader in enumerate(readers):
-            if reader.page_size != first.page_size:
+    def _join(self, tables: list[ShardTables], first: FirstShard) -> None:
+        shards, page_size = self.manifest.shards, tables[0].page_size
+        for number, table in enumerate(tables):
+            if table.page_size != page_size:
                 raise locate(ShardError(
-                    f"shard {number} has pages of {reader.page_size} bytes, shard 0 ({readers[0].path}) of "
-                    f"{first.page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
-                    "one file of them with `beton merge --page-size`)"), path=reader.path)
+                    f"shard {number} has pages of {table.page_size} bytes, shard 0 ({shards[0].location}) of "
+                    f"{page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
+                    "one file of them with `beton merge --page-size`)"), path=shards[number].location)
         self.checksummed = True
-        self.format = first.format
-        self.fields, self.descriptors = first.fields, first.descriptors
         self.num_samples = self.manifest.num_samples
-        self.page_size = first.page_size
-        self.heap_offset = first.heap_offset
-        counts = np.array([reader.num_pages for reader in readers], np.int64)
+        self.page_size, self.heap_offset = page_size, tables[0].heap_offset
+        counts = np.array([table.num_pages for table in tables], np.int64)
+        heap_offsets = np.array([table.heap_offset for table in tables], np.int64)
+        heap_sizes = np.array([table.heap_size for table in tables], np.int64)
         self.first_page = _read_only(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         self.num_pages = int(self.first_page[-1])
-        self.shifts = _read_only(np.array(
-            [self.heap_offset + int(self.first_page[k]) * self.page_size - reader.heap_offset
-             for k, reader in enumerate(readers)], np.int64))
-        ends = np.empty(self.num_pages, np.int64)
-        for k, reader in enumerate(readers):
-            local = np.arange(1, reader.num_pages + 1, dtype=np.int64) * reader.page_size
-            ends[self.first_page[k] : self.first_page[k + 1]] = (
-                reader.heap_offset + np.minimum(local, reader.heap_size) + self.shifts[k])
-        self.page_ends = _read_only(ends)
-        self.heap_size = int(ends[-1]) - self.heap_offset if self.num_pages else 0
-        self.data_table = _read_only(np.concatenate([reader.data_table for reader in readers]))
-        allocation = np.concatenate([reader.allocation_table for reader in readers])
-        bounds = self.manifest.bounds
-        for k in range(len(readers)):
-            allocation["offset"][bounds[k] : bounds[k + 1]] += np.uint64(self.shifts[k])
+        self.shifts = _read_only(self.heap_offset + self.first_page[:-1] * self.page_size - heap_offsets)
+        self.heap_ends = _read_only(self.shifts + heap_offsets + heap_sizes)
+        self.file_sizes = _read_only(np.array([table.size for table in tables], np.int64))
+        shard_of_page = np.repeat(np.arange(len(tables)), counts)
+        local_end = (np.arange(self.num_pages, dtype=np.int64) - self.first_page[shard_of_page] + 1) * self.page_size
+        self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
+                                    + self.shifts[shard_of_page])
+        self.heap_size = int(self.page_ends[-1]) - self.heap_offset if self.num_pages else 0
+        self.data_table = records(b"".join(table.data for table in tables), first.data_dtype, (self.num_samples,))
+        allocation = records(b"".join(table.allocations for table in tables), fmt.ALLOCATION_DTYPE,
+                             (self.num_samples, first.num_payload_fields)).copy()
+        samples = np.diff(self.manifest.bounds)
+        allocation["offset"] += np.repeat(self.shifts, samples).astype(np.uint64)[:, None]
         self.allocation_table = _read_only(allocation)
+
+    def _check_records(self, tables: list[ShardTables], first: FirstShard) -> None:
+        """Every field's records, checked once over the union (bounded by the largest shard's size); where that
+        fails, each shard's alone as its Reader checks them, so that the error names the shard."""
+        try:
+            _check_records(self.fields, self.descriptors, self.data_table, self.allocation_table,
+                           ReadLimits(self.max_image_pixels, max_payload_bytes=int(self.file_sizes.max())))
+        except BetonError:
+            for number, table in enumerate(tables):
+                with error_context(path=self.manifest.shards[number].location):
+                    _check_records(self.fields, self.descriptors, table.data_table(first.data_dtype),
+                                   table.allocation_table(first.num_payload_fields),
+                                   ReadLimits(self.max_image_pixels, max_payload_bytes=table.size))
+            raise
+
+    def _join_digests(self, tables: list[ShardTables]) -> None:
+        """The page digests of the shards whose content is checked, in the virtual page numbering (zeros for the
+        others' pages); ``content_checked``: which shards those are."""
+        checked = np.array([table.page_digests is not None for table in tables], bool)
+        self.content_checked = _read_only(checked)
+        self.verify_content = bool(checked.any())
+        self.page_digests: np.ndarray | None = None
+        if self.verify_content:
+            digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
+            for number in np.flatnonzero(checked).tolist():
+                digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
+                    tables[number].page_digests, np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+            self.page_digests = _read_only(digests)
 
     # ---- the Reader's reading surface ---------------------------------------------------------------------
 
@@ -171,14 +253,15 @@ class ShardedDataset(TableNames):
     def metadata(self) -> dict[str, Any]:
         """The shards' file-level metadata, which must be the same in every shard (a new dict on each access);
         ShardError naming the first shard and key that differ otherwise."""
-        first = self.readers[0].metadata
-        for number, reader in enumerate(self.readers[1:], 1):
-            other = reader.metadata
+        first = decode_metadata(self._metadata_json)
+        for number in sorted(self._other_metadata):
+            other = decode_metadata(self._other_metadata[number])
             if other != first:
                 key = next(key for key in sorted(set(first) | set(other), key=str) if first.get(key, ...) !=
                            other.get(key, ...))
                 raise locate(ShardError(f"shard {number}'s file-level metadata differs from shard 0's at key {key!r}: "
-                                        "a dataset of several files has the metadata they share"), path=reader.path)
+                                        "a dataset of several files has the metadata they share"),
+                             path=self.manifest.shards[number].location)
         return first
 
     def __len__(self) -> int:
@@ -196,17 +279,52 @@ class ShardedDataset(TableNames):
         """Sample ``index`` (global), decoded as ``Reader.__getitem__`` does; errors name the shard's file and the
         sample's index in it."""
         shard, local = self.shard_of(index)
-        return self.readers[shard][local]
+        with self.open_shard(shard) as reader:
+            return reader[local]
 
     def payload(self, index: int, field: str) -> np.ndarray | None:
         """The raw payload bytes of global sample ``index``'s field (read-only), or None for no payload."""
         shard, local = self.shard_of(index)
-        return self.readers[shard].payload(local, field)
+        with self.open_shard(shard) as reader:
+            return reader.payload(local, field)
+
+    def open_shard(self, number: int) -> Reader:
+        """Shard ``number`` as a :class:`~beton.storage.reader.Reader`, checked against the manifest (the caller
+        closes it); :class:`~beton.errors.ShardNotFoundError` naming it where it is missing."""
+        try:
+            return self.manifest.open_shard(number, remote=self._remote, **self._reader_options)
+        except FileNotFoundError as error:
+            if isinstance(error, BetonError):
+                raise
+            raise self._missing(number, error) from None
+
+    def open_pages(self, number: int) -> PageSource:
+        """A page source over shard ``number``, checked to be the file the tables were read from (its size, and its
+        header's SHA-256 against the manifest): a ShardError naming it otherwise, a ShardNotFoundError where it is
+        missing. The caller closes it."""
+        shard = self.manifest.shards[number]
+        if self.remote_shards[number]:
+            reader = self.open_shard(number)
+            return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
+        try:
+            return LocalFile.reopened(shard.location, int(self.file_sizes[number]),
+                                      lambda header: header_digest(header) == shard.header_sha256)
+        except FileNotFoundError as error:
+            raise self._missing(number, error) from None
+        except FormatError as error:
+            raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
+                                    f"opened: {error.args[0]}"), path=shard.location) from None
+
+    def _missing(self, number: int, error: OSError) -> ShardNotFoundError:
+        return locate(ShardNotFoundError(f"shard {number} of {len(self.manifest.shards)} is missing: {error}"),
+                      path=self.manifest.shards[number].location)
 
     def close(self) -> None:
-        """Close every shard's Reader (arrays already handed out stay valid)."""
-        for reader in self.readers:
-            reader.close()
+        """Close every shard the page sources made from this dataset hold open (arrays already handed out stay
+        valid)."""
+        for pages in self._page_sources:
+            pages.close()
+        self._page_sources = []
 
     def __enter__(self) -> ShardedDataset:
         return self
@@ -215,41 +333,43 @@ class ShardedDataset(TableNames):
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ShardedDataset({self.path!r}, shards={len(self.readers)}, num_samples={self.num_samples}, "
+        return (f"ShardedDataset({self.path!r}, shards={len(self.manifest.shards)}, num_samples={self.num_samples}, "
                 f"fields={self.field_names})")
 
 
 class ShardedPages:
     """The process cache's page source over a :class:`ShardedDataset`: virtual byte ranges read from the shards'
-    own page sources (see :class:`~beton.storage.page_source.PageSource` for the contract).
+    own page sources (see :class:`~beton.storage.page_source.PageSource` for the contract), opened when a read
+    first reaches them and closed, least recently read first, once more than ``dataset.max_open_shards`` are open.
 
-    ``check()`` (per batch) checks the shards whose pages were read since the last check, so a batch's pages
-    are always read before a check of their file passes, and one file's batches cost one check, as for a single Reader;
-    ``check_path()`` (per epoch) checks every shard. ``will_read`` works out the epoch's page reads once
-    (:func:`~beton.storage.remote.pages.expected_reads`, over the cache's one budget) and tells each remote
-    shard its part, in order.
+    A shard opened is checked to be the file whose tables were read (:meth:`ShardedDataset.open_pages`); one that
+    is gone raises :class:`~beton.errors.ShardNotFoundError` naming it, from the read that needed it. ``check()``
+    (per batch) checks the open shards whose pages were read since the last check, and a shard closed to make room
+    is checked as it is closed, so a batch's pages are always read before a check of their file passes;
+    ``check_path()`` (per epoch) checks the shards open (the others are checked when opened). ``will_read`` works
+    out the epoch's page reads once (:func:`~beton.storage.remote.pages.expected_reads`, over the cache's one
+    budget) and tells each remote shard its part, in order, when it is open or opens.
 
-    Concurrency: ``read_into`` runs in the page reader's thread, ``check`` in workers; the set of shards read
-    since the last check is guarded by a lock, and a shard joins it only once its read is complete.
+    Concurrency: ``read_into`` (which opens and closes shards) runs in the page reader's thread, ``check`` in
+    workers; the open shards and the set read since the last check are guarded by one lock, and a shard joins that
+    set only once its read is complete.
     """
 
     def __init__(self, dataset: ShardedDataset) -> None:
         self.description = dataset.path
         self.size = dataset.heap_offset + dataset.heap_size
+        self._dataset = dataset
         self._heap_offset, self._page_size = dataset.heap_offset, dataset.page_size
-        self._first_page, self._shifts = dataset.first_page, dataset.shifts
-        self._heap_ends = np.array([int(shift) + reader.heap_offset + reader.heap_size
-                                    for shift, reader in zip(dataset.shifts, dataset.readers)], np.int64)
-        self._remote = [number for number, reader in enumerate(dataset.readers) if reader.remote is not None]
-        self._sources: list[PageSource] = []
-        try:
-            for reader in dataset.readers:
-                self._sources.append(page_source.open_page_source(reader))
-        except BaseException:
-            self.close()
-            raise
+        self._first_page, self._shifts, self._heap_ends = dataset.first_page, dataset.shifts, dataset.heap_ends
+        self._limit = dataset.max_open_shards
         self._lock = threading.Lock()
+        self._open: collections.OrderedDict[int, PageSource] = collections.OrderedDict()  # least recent first
         self._read_since_check: set[int] = set()
+        self._plans: dict[int, np.ndarray] = {}  # remote shard -> the pages the epoch reads of it, in order
+        self._reads: collections.Counter[int] = collections.Counter()  # remote shard -> reads so far this epoch
+        self._pins: collections.Counter[int] = collections.Counter()  # shard -> blocks reading it now
+        self._maps: dict[int, _Map] = {}  # shard -> its memory map, for the OS cache
+        self._madvise_random = False
         self._closed = False
 
     def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
@@ -258,106 +378,189 @@ class ShardedPages:
             position = offset + done
             page = (position - self._heap_offset) // self._page_size
             shard = int(np.searchsorted(self._first_page[1:], page, side="right"))
-            if position < self._heap_offset or shard >= len(self._sources) or position >= self._heap_ends[shard]:
+            if position < self._heap_offset or shard >= len(self._heap_ends) or position >= self._heap_ends[shard]:
                 raise ValueError(f"{what}: byte {position} lies in no shard's heap of {self.description!r}")
             count = min(len(out) - done, int(self._heap_ends[shard]) - position)
             local_page = page - int(self._first_page[shard])
-            self._sources[shard].read_into(position - int(self._shifts[shard]), out[done : done + count],
-                                           f"page {local_page} (shard {shard})")
+            with self.opened(shard) as source:
+                source.read_into(position - int(self._shifts[shard]), out[done : done + count],
+                                 f"page {local_page} (shard {shard})")
             with self._lock:
-                self._read_since_check.add(shard)
+                self._reads[shard] += 1
             done += count
 
-    def check(self) -> None:
+    @contextlib.contextmanager
+    def opened(self, shard: int) -> Iterator[PageSource]:
+        """Shard ``shard``'s page source, open (and the least recently used closed, where more than the limit are
+        open) and kept open while the block runs; the shard counts as read since the last check once it ends."""
+        with self._lock:
+            source = self._opened(shard)
+            self._pins[shard] += 1
+        try:
+            yield source
+        finally:
+            with self._lock:
+                self._pins[shard] -= 1
+                self._read_since_check.add(shard)
+
+    @contextlib.contextmanager
+    def mapped(self, shard: int) -> Iterator[np.ndarray]:
+        """Local shard ``shard``'s file as a read-only uint8 memory map (read with the same checks as
+        :meth:`opened`, for the OS cache), kept open while the block runs."""
+        with self.opened(shard) as source:
+            with self._lock:
+                if shard not in self._maps:
+                    self._maps[shard] = _Map(source.fd, self._madvise_random)  # type: ignore[attr-defined]
+                view = self._maps[shard].view
+            yield view
+
+    def _opened(self, shard: int) -> PageSource:
+        """(With the lock held.) Open ``shard`` where it is not, then close the least recently used shards nobody
+        is reading beyond the limit; a shard closed whose pages were read since the last check is checked first.
+        A URL is opened with the lock held too: its round trips hold back only the checks of other shards."""
+        self._raise_if_closed()
+        if shard in self._open:
+            self._open.move_to_end(shard)
+            return self._open[shard]
+        source = self._open[shard] = self._dataset.open_pages(shard)
+        plan = self._plans.get(shard)
+        if plan is not None:
+            source.fetch_ahead(plan[self._reads[shard] :])  # type: ignore[attr-defined]  (a RemotePageSource)
+        for number in [number for number in self._open if not self._pins[number] and number != shard]:
+            if len(self._open) <= self._limit:
+                break
+            self._close_shard(number, check=True)
+        return source
+
+    def _close_shard(self, number: int, check: bool) -> None:
+        source = self._open.pop(number)
+        mapping = self._maps.pop(number, None)
+        try:
+            if check and number in self._read_since_check:
+                self._read_since_check.discard(number)
+                source.check()  # its pages were read before this check
+        finally:
+            if mapping is not None:
+                mapping.close()
+            source.close()
+
+    def _raise_if_closed(self) -> None:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
+
+    def check(self) -> None:
         with self._lock:
+            self._raise_if_closed()
             shards, self._read_since_check = self._read_since_check, set()
-        for shard in sorted(shards):
-            self._sources[shard].check()
+            for shard in sorted(shards):
+                self._open[shard].check()
 
     def check_path(self) -> None:
-        if self._closed:
-            raise LoaderError(f"{self.description}: the Loader was closed")
-        remote = set(self._remote)
-        for number, source in enumerate(self._sources):
-            if number not in remote:
+        with self._lock:
+            self._raise_if_closed()
+            opened = list(self._open.items())
+            local = [source for number, source in opened if not self._dataset.remote_shards[number]]
+            remote = [source for number, source in opened if self._dataset.remote_shards[number]]
+            for source in local:
                 source.check_path()  # a stat
-        if len(remote) < 2:
-            for number in remote:
-                self._sources[number].check_path()
-            return
-        # a request per remote file: several at once, the first failure in order raised
-        with concurrent.futures.ThreadPoolExecutor(min(len(remote), _MAX_CONCURRENT_OPENS),
-                                                   thread_name_prefix="beton-identity") as pool:
-            for future in [pool.submit(self._sources[number].check_path) for number in self._remote]:
-                future.result()
+            if len(remote) < 2:
+                for source in remote:
+                    source.check_path()
+                return
+            # a request per remote file: several at once, the first failure in order raised
+            with concurrent.futures.ThreadPoolExecutor(min(len(remote), _MAX_CONCURRENT_OPENS),
+                                                       thread_name_prefix="beton-identity") as pool:
+                for future in [pool.submit(source.check_path) for source in remote]:
+                    future.result()
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
-        if not self._remote:
+        remote_shards = self._dataset.remote_shards
+        if not remote_shards.any():
             return  # local files read when asked, the kernel reading ahead
         reads = expected_reads(batch_pages, budget_pages)
         shard_of = np.searchsorted(self._first_page[1:], reads, side="right")
         order = np.argsort(shard_of, kind="stable")  # each shard's reads, in the epoch's order
-        ends = np.cumsum(np.bincount(shard_of, minlength=len(self._sources)))
-        for shard in self._remote:
-            start = int(ends[shard - 1]) if shard else 0
-            pages = reads[order[start : int(ends[shard])]] - self._first_page[shard]
-            self._sources[shard].fetch_ahead(pages)  # type: ignore[attr-defined]  (a RemotePageSource)
+        shards, starts, counts = np.unique(shard_of[order], return_index=True, return_counts=True)
+        with self._lock:
+            self._plans, self._reads = {}, collections.Counter()
+            for shard, start, count in zip(shards.tolist(), starts.tolist(), counts.tolist()):
+                if remote_shards[shard]:
+                    self._plans[shard] = reads[order[start : start + count]] - self._first_page[shard]
+            for shard, source in self._open.items():
+                if shard in self._plans:
+                    source.fetch_ahead(self._plans[shard])  # type: ignore[attr-defined]  (a RemotePageSource)
+
+    def advise_random_access(self) -> None:
+        """Map shards with ``MADV_RANDOM`` (the OS cache's ``readahead=False``)."""
+        self._madvise_random = True
 
     def close(self) -> None:
-        self._closed = True
-        for source in self._sources:
-            source.close()
+        with self._lock:
+            self._closed = True
+            for number in list(self._open):
+                self._close_shard(number, check=False)
+
+
+class _Map:
+    """A read-only memory map of an open descriptor, as a uint8 array, closed at once unless a view of it is still
+    held somewhere (then it goes with that view)."""
+
+    def __init__(self, descriptor: int, random_access: bool) -> None:
+        self._mapping = mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ)
+        if random_access and hasattr(self._mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            self._mapping.madvise(mmap.MADV_RANDOM)
+        self.view = np.frombuffer(self._mapping, np.uint8)
+
+    def close(self) -> None:
+        del self.view
+        try:
+            self._mapping.close()
+        except BufferError:
+            pass
 
 
 # ---- opening ----------------------------------------------------------------------------------------------
 
-def _open_shards(manifest: Manifest, reader_options: dict[str, Any],
-                 remote: RemoteOptions | None) -> tuple[Reader, ...]:
-    """Every shard opened and checked against the manifest, in order (URLs several at once); on failure, the ones
-    opened are closed and the first failure in order is raised."""
-    locations = [shard.location for shard in manifest.shards]
-    urls = sum(1 for location in locations if is_url(location))
-    if urls > 1:  # one read-ahead budget for all: see the module docstring
-        remote = remote_or_default(remote)
-        remote = dataclasses.replace(remote, prefetch_bytes=max(1, remote.prefetch_bytes // urls))
+def _shared_budget(remote: RemoteOptions | None, urls: int, max_open_shards: int) -> RemoteOptions | None:
+    """The remote options each remote shard is opened with: one read-ahead budget shared by the remote shards
+    that can be open at once (see the module docstring)."""
+    if urls < 2:
+        return remote
+    remote = remote_or_default(remote)
+    return dataclasses.replace(remote, prefetch_bytes=max(1, remote.prefetch_bytes // min(urls, max_open_shards)))
 
-    def one(number: int) -> Reader:
-        location = locations[number]
+
+def _read_tables(dataset: ShardedDataset, first: FirstShard, verify_content: bool | None) -> list[ShardTables]:
+    """The tables of every shard after the first, in order, each shard closed once read (local files together:
+    :func:`~beton.dataset.shard_tables.read_small_tables`; URLs several at once), their content checked as
+    ``verify_content`` says. A failure among the local files is raised before one among the URLs."""
+    numbers = range(1, len(dataset.manifest.shards))
+    local = [number for number in numbers if not dataset.remote_shards[number]]
+    urls = [number for number in numbers if dataset.remote_shards[number]]
+    tables = dict(zip(local, read_small_tables(dataset.manifest, local, first, verify_content)))
+
+    def remote_tables(number: int) -> ShardTables:
+        with dataset.open_shard(number) as reader:
+            return tables_of_reader(reader)[0]
+
+    if urls:
+        pool = concurrent.futures.ThreadPoolExecutor(min(len(urls), _MAX_CONCURRENT_OPENS),
+                                                     thread_name_prefix="beton-open")
         try:
-            return manifest.open_shard(number, remote=remote, **reader_options)
-        except FileNotFoundError as error:
-            if isinstance(error, BetonError):
-                raise
-            raise locate(ShardNotFoundError(f"shard {number} of {len(locations)} is missing: {error}"),
-                         path=location) from None
+            tables.update(zip(urls, pool.map(remote_tables, urls)))  # the first failure in order is raised
+        finally:
+            pool.shutdown(cancel_futures=True)
+    return [tables[number] for number in numbers]
 
-    opened: list[Reader | None] = [None] * len(locations)
-    try:
-        if urls < 2:
-            for number in range(len(locations)):
-                opened[number] = one(number)
-        else:
-            with concurrent.futures.ThreadPoolExecutor(min(urls, _MAX_CONCURRENT_OPENS),
-                                                       thread_name_prefix="beton-open") as pool:
-                futures = [pool.submit(one, number) for number in range(len(locations))]
-                for number, future in enumerate(futures):
-                    try:
-                        opened[number] = future.result()
-                    except BaseException:
-                        for rest in futures[number + 1 :]:
-                            rest.cancel()
-                        for rest in futures[number + 1 :]:
-                            if not rest.cancelled() and rest.exception() is None:
-                                rest.result().close()
-                        raise
-    except BaseException:
-        for reader in opened:
-            if reader is not None:
-                reader.close()
-        raise
-    return tuple(opened)  # type: ignore[arg-type]
+
+def _check_records(fields: Mapping[str, Field], descriptors: Mapping[str, Any], data_table: np.ndarray,
+                   allocation_table: np.ndarray, limits: ReadLimits) -> None:
+    """Every field's stored records against what it can read, as a Reader checks them on open."""
+    for name, field in fields.items():
+        column = descriptors[name].payload_column
+        sizes = allocation_table[:, column]["size"] if descriptors[name].has_payload else None
+        with error_context(field=name):
+            field.check_records(data_table[name], sizes, limits)
 
 
 def _describe(source: Any, manifest: Manifest) -> str:

@@ -1,7 +1,8 @@
 """Decoders: the first operation of a loader pipeline, reading one stored field into a batch.
 
-Scalar and array decoders are compiled (numba) and fuse with the operations after them; bytes and JSON
-decoders give Python objects of their exact stored length.
+Scalar and array decoders are compiled (numba) and fuse with the operations after them, and so does
+``BytesDecoder`` (FFCV's padded rows, or a Padded batch); ``BytesDecoder(exact=True)`` and ``JSONDecoder`` give
+Python objects of their exact stored length.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from numba.core.errors import NumbaError
 from numba.np.numpy_support import from_dtype as numba_type_of_dtype
 
 from beton import _json
-from beton.decoders.field_check import require_field
+from beton.decoders.field_check import is_field, require_field
 from beton.decoders.ragged import WINDOWS, check_max_length, check_window, fill_padded, pad_row, window_start
-from beton.errors import DecodeError, error_context
+from beton.errors import DecodeError, PipelineError, error_context
 from beton.pipeline.memcopy import copy_bytes
 from beton.pipeline.operation import BatchContext, BatchOperation, JitOperation, Source, State
 
@@ -75,6 +76,9 @@ class FloatDecoder(BasicDecoder):
 class NDArrayDecoder(JitOperation):
     """NDArrayField -> the stored dtype and shape per sample (a copy of the payload bytes).
 
+    Also reads a TorchTensorField as FFCV's does (its tensors as numpy arrays of the same dtype), except
+    bfloat16, which numpy has no dtype for: ``TorchTensorDecoder`` (its default pipeline) reads that.
+
     dtypes numba cannot compile (float16, long double, complex256, datetimes, strings, raw bytes, records,
     big-endian numbers) are decoded by numpy, sample by sample, instead of in a compiled stage: the same values,
     without fusion with the operations after it (ToTensor turns big-endian numbers into native ones and takes
@@ -84,17 +88,32 @@ class NDArrayDecoder(JitOperation):
     is_decoder = True
 
     def output_state(self, previous: Any) -> State:
-        field = require_field(self, previous, "beton.fields.ndarray.NDArrayField").field
-        return State(field.shape, field.dtype)
+        field = require_field(self, previous, _NDARRAY_FIELD, _TORCH_TENSOR_FIELD).field
+        return State(field.shape, _stored_dtype(self, field))
 
     def stage_kind(self, previous: Any) -> str | None:
-        return None if _compiles(previous.field.dtype) else "sample"
+        return None if _compiles(_stored_dtype(self, previous.field)) else "sample"
 
     def kernel(self) -> Any:
         return _copy_payload_kernel
 
     def apply(self, src: Source, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
         _copy_by_numpy(src, dst, i)
+
+
+_NDARRAY_FIELD = "beton.fields.ndarray.NDArrayField"
+_TORCH_TENSOR_FIELD = "beton.fields.ndarray.TorchTensorField"
+
+
+def _stored_dtype(decoder: NDArrayDecoder, field: Any) -> np.dtype:
+    """The numpy dtype NDArrayDecoder gives for ``field``: an array field's own, a tensor field's twin."""
+    if not is_field(field, _TORCH_TENSOR_FIELD):
+        return field.dtype
+    if field.dtype == "bfloat16":
+        raise PipelineError(f"{decoder!r}: numpy has no bfloat16 to read {field.describe()} as; decode it with "
+                            "TorchTensorDecoder() (its default pipeline: TorchTensorDecoder(), ToTensor(), "
+                            "ViewAs('bfloat16'))")
+    return field.storage_dtype
 
 
 def _copy_by_numpy(src: Source, dst: np.ndarray, i: int) -> None:
@@ -149,40 +168,74 @@ def _padded_bytes_kernel(src, dst, i, sample, key, args):
     dst[1][i] = take
 
 
+@numba.njit(nogil=True, cache=True)
+def _rows_of_bytes_kernel(src, dst, i, sample, key, args):
+    size = np.int64(src[3][i])
+    row = dst[i]
+    if size > row.size:
+        raise DecodeError("a payload is longer than the file's longest, which sized the rows")
+    copy_bytes(row[:size], src[1], np.int64(src[2][i]), size)
+    row[size:] = 0
+
+
+#: The classes BytesDecoder reads: JSON documents are UTF-8 bytes too (FFCV decodes JSONField with it).
+_BYTES_FIELDS = ("beton.fields.bytes.BytesField", "beton.fields.bytes.JSONField")
+
+
 @dataclasses.dataclass(frozen=True)
 class BytesDecoder(BatchOperation):
-    """BytesField -> a list of ``bytes`` per batch, each of its exact stored length; or, with ``max_length``, a
-    Padded uint8 batch for torch: ``(batch, max_length)`` bytes and ``(batch,)`` lengths, compiled.
+    """BytesField (or JSONField: its UTF-8 text) -> each sample's bytes, in one of three forms:
 
-    With ``max_length``, longer byte strings keep ``max_length`` bytes (``window`` "start", "center" or "random",
-    as :class:`~beton.decoders.RaggedDecoder`) and shorter ones are padded with ``pad_value`` (0..255).
+    * ``BytesDecoder()``, FFCV's: a uint8 batch ``(batch, longest)``, ``longest`` the file's longest payload,
+      each row the sample's bytes and then zeros (lengths are not kept: trailing zero bytes of a payload look
+      like padding). On a JSONField each row holds one more byte, so every document ends with a NUL as FFCV
+      stores it: :meth:`beton.fields.JSONField.unpack` parses the batch. Compiled; ``ToTensor`` makes it a
+      tensor.
+    * ``BytesDecoder(max_length=n)``: a Padded uint8 batch for torch, ``(batch, n)`` bytes and ``(batch,)``
+      lengths, compiled. Longer byte strings keep ``n`` bytes (``window`` "start", "center" or "random", as
+      :class:`~beton.decoders.RaggedDecoder`) and shorter ones are padded with ``pad_value`` (0..255).
+    * ``BytesDecoder(exact=True)``: a list of ``bytes`` per batch, each of its exact stored length (a
+      BytesField's default pipeline).
     """
 
     max_length: int | None = None
     pad_value: int = 0
     window: str = "start"
+    exact: bool = False
 
     is_decoder = True
 
     def __post_init__(self) -> None:
         if self.max_length is not None:
             check_max_length(self, self.max_length)
+            if self.exact:
+                raise PipelineError(f"{self!r}: exact=True gives each byte string whole, max_length cuts them: "
+                                    "choose one")
         check_window(self, self.window)
 
     def stage_kind(self, previous: Any) -> str | None:
-        return None if self.max_length is None else "jit"
+        return None if self.exact else "jit"
 
     def output_state(self, previous: Any) -> State:
-        require_field(self, previous, "beton.fields.bytes.BytesField")
-        if self.max_length is None:
+        source = require_field(self, previous, *_BYTES_FIELDS)
+        if self.exact:
             return State((), object, kind="python")
+        if self.max_length is None:
+            if source.lengths is None:
+                raise PipelineError(f"{self!r} sizes its rows by the file's longest payload, but the plan was "
+                                    f"built without the lengths of field {source.field_name!r}")
+            longest = int(source.lengths.max()) if source.lengths.size else 0
+            terminator = is_field(source.field, "beton.fields.bytes.JSONField")  # FFCV stores a NUL after each
+            return State((longest + terminator,), np.dtype(np.uint8))
         pad_row(self.pad_value, np.dtype(np.uint8), (), self)
         return State((self.max_length,), np.dtype(np.uint8), layout="padded")
 
     def kernel(self) -> Any:
-        return _padded_bytes_kernel
+        return _rows_of_bytes_kernel if self.max_length is None else _padded_bytes_kernel
 
     def kernel_arguments(self, previous: Any) -> tuple:
+        if self.max_length is None:
+            return ()
         return np.int64(self.max_length), pad_row(self.pad_value, np.dtype(np.uint8), (), self), \
             np.int64(WINDOWS[self.window])
 

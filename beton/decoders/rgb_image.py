@@ -69,14 +69,46 @@ def _image_field(operation: Any, previous: Any) -> Any:
     return require_field(operation, previous, "beton.fields.rgb_image.RGBImageField").field
 
 
-def resize_into(region: np.ndarray, out: np.ndarray) -> None:
-    """Resize HxWxC ``region`` into ``out`` with the decoders' filter choice (area when shrinking a lot)."""
+def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, float, float] | None = None,
+                area_above: float = _AREA_ABOVE_SHRINK) -> None:
+    """Resize the rectangle ``crop`` = (top, left, height, width) of HxWxC ``image`` (the whole image if None)
+    into ``out``, with the decoders' filter choice: area averaging from a shrink of ``area_above``, bilinear
+    below.
+
+    The rectangle may have fractional bounds (a crop mapped onto a DCT-scaled decode, whose pixel j covers
+    stored pixels [j f, j f + f)): output pixels then sample the places they map to, to a fraction of a pixel,
+    instead of the rectangle being widened to whole pixels, which shifted and stretched crops by up to a scaled
+    pixel (docs/images.md, "Where the crop lands"). The fraction is taken by a two-tap shift at this resolution
+    (the rectangle then starts on a pixel), and the resize by exactly the rectangle's scale; a third the cost of
+    ``cv2.warpAffine`` and as close to a full-resolution resize.
+    """
+    height, width = (image.shape[0], image.shape[1]) if crop is None else (crop[2], crop[3])
+    top, left = (0, 0) if crop is None else (crop[0], crop[1])
     out_height, out_width = out.shape[:2]
-    shrink = max(region.shape[0] / out_height, region.shape[1] / out_width)
-    interpolation = cv2.INTER_AREA if shrink >= _AREA_ABOVE_SHRINK else cv2.INTER_LINEAR
+    y0, x0 = math.floor(top), math.floor(left)
     target = out.reshape(out_height, out_width) if out.shape[2] == 1 else out
-    source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
-    result = cv2.resize(source, (out_width, out_height), dst=target, interpolation=interpolation)
+    interpolation = cv2.INTER_AREA if max(height / out_height, width / out_width) >= area_above else cv2.INTER_LINEAR
+    if (y0, x0, height, width) == (top, left, math.floor(height), math.floor(width)):  # whole pixels
+        region = image[y0 : y0 + int(height), x0 : x0 + int(width)]
+        source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
+        result = cv2.resize(source, (out_width, out_height), dst=target, interpolation=interpolation)
+    else:
+        fraction_y, fraction_x = top - y0, left - x0
+        # the whole-pixel hull and one pixel more, for the shift (repeated at the image's edge)
+        y1, x1 = math.ceil(top + height) + 1, math.ceil(left + width) + 1
+        region = image[y0 : min(y1, image.shape[0]), x0 : min(x1, image.shape[1])]
+        source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
+        if y1 > image.shape[0] or x1 > image.shape[1]:
+            source = cv2.copyMakeBorder(source, 0, max(0, y1 - image.shape[0]), 0, max(0, x1 - image.shape[1]),
+                                        cv2.BORDER_REPLICATE)
+        if fraction_x:
+            source = cv2.addWeighted(source[:, :-1], 1 - fraction_x, source[:, 1:], fraction_x, 0)
+        if fraction_y:
+            source = cv2.addWeighted(source[:-1], 1 - fraction_y, source[1:], fraction_y, 0)
+        # no dsize: OpenCV then steps through the source by exactly 1/fx, 1/fy (its size rounds the rest)
+        resized = cv2.resize(source, (0, 0), fx=out_width / width, fy=out_height / height, interpolation=interpolation)
+        target[...] = resized[:out_height, :out_width]
+        return
     if result is not target and not np.shares_memory(result, target):  # OpenCV reallocated: copy back
         target[...] = result
 
@@ -132,47 +164,47 @@ class _CropDecoder(_ScanReader):
         metadata = src.metadata[sample]
         height, width, channels = int(metadata["height"]), int(metadata["width"]), int(metadata["channels"])
         payload = src.memory[src.offsets[i] : src.offsets[i] + src.sizes[i]]
-        top, left, crop_height, crop_width = self.crop(context.key, sample, height, width)
+        crop = self.crop(context.key, sample, height, width)
         out = dst[i]
         if metadata["mode"] in JPEG_MODES:
             payload = progressive_prefix(payload, metadata, self.payload_setting(context.fidelity),
                                          lambda nbytes: context.scratch(nbytes, "prefix"), src.gathered)
-            region = self.decoded_crop(payload, (height, width, channels), (top, left, crop_height, crop_width),
-                                       out.shape, context.scratch)
+            image, crop = self.decoded_crop(payload, (height, width, channels), crop, out.shape, context.scratch)
         elif metadata["mode"] == IMAGE_MODES["lossless"]:  # only the tiles the crop touches
-            region = decode_lossless_region(payload, height, width, channels, top, left, crop_height, crop_width,
-                                            context.scratch, out.dtype)
+            image, crop = decode_lossless_region(payload, height, width, channels, *crop, context.scratch,
+                                                 out.dtype), None
         else:
             image = raw_view(payload, height, width, channels, out.dtype)
-            region = image[top : top + crop_height, left : left + crop_width]
-        resize_into(region, out)
+        resize_into(image, out, crop)
 
     def decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
-                     out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]) -> np.ndarray:
-        """The crop of a JPEG's pixels, before the resize: decoded at the smallest sufficient DCT scale, rows
-        below the crop left out (unless ``decode_whole``), with this decoder's settings.
+                     out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]
+                     ) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+        """A JPEG decoded for a crop, before the resize: at the smallest sufficient DCT scale, rows below the
+        crop left out (unless ``decode_whole``), with this decoder's settings; and the crop in its pixels.
 
         ``shape``: the stored image's (height, width, channels); ``crop``: (top, left, height, width) from
         :meth:`crop`; ``out_shape``: the output's shape; ``scratch(nbytes, purpose="default")``: reusable
-        uint8 buffers (a slot's :class:`~beton.pipeline.operation.Scratch`). The result is a view into them.
-        Public so that the benchmark suite times exactly this decode as the limit of beton's approach.
+        uint8 buffers (a slot's :class:`~beton.pipeline.operation.Scratch`). Returns the decoded rows (a view
+        into them) and the crop in their pixels, divided by the DCT factor and so possibly fractional: pass both
+        to :func:`resize_into`. Public so that the benchmark suite times exactly this decode as the limit of
+        beton's approach.
         """
         top, left, crop_height, crop_width = crop
         factor = choose_dct_factor(crop_height, crop_width, out_shape[0], out_shape[1])
-        bottom = None if self.decode_whole else top + crop_height
-        image, scale_y, scale_x = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, scratch)
-        y0, x0 = int(top * scale_y), int(left * scale_x)
-        y1 = min(image.shape[0], math.ceil((top + crop_height) * scale_y))
-        x1 = min(image.shape[1], math.ceil((left + crop_width) * scale_x))
-        return image[y0:y1, x0:x1]
+        # a crop that starts between decoded rows is shifted onto them, which reads the row below its hull
+        bottom = None if self.decode_whole else top + crop_height + (factor if top % factor else 0)
+        image = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, scratch)
+        return image, (top / factor, left / factor, crop_height / factor, crop_width / factor)
 
 
 def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int, fast_upsample: bool,
-                   bottom: int | None, scratch: Callable[..., np.ndarray]) -> tuple[np.ndarray, float, float]:
+                   bottom: int | None, scratch: Callable[..., np.ndarray]) -> np.ndarray:
     """Decode at 1/``factor`` (DCT scaling) into the slot's scratch: the whole image, or with ``bottom`` (a row
     of the image) only the rows above it, where the JPEG allows (see :mod:`beton.decoders.jpeg_rows`).
 
-    Returns the decoded rows and the scale from the image to the decode (vertical, horizontal).
+    Decoded pixel j covers the image's pixels [j factor, (j + 1) factor): libjpeg-turbo scales each 8x8 block
+    to an (8 / factor)-pixel block, so the scale is exactly 1 / factor, edges included.
     """
     height, width, channels = shape
     # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
@@ -189,7 +221,7 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
             raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
                              f"{width}x{height}")
         if frame is not None:
-            scaled_bottom = min(scaled_height, math.ceil(bottom * scaled_height / height))  # as the caller crops
+            scaled_bottom = min(scaled_height, -(-bottom // factor))  # the last decoded row the crop touches
             rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
         decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
         image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
@@ -202,7 +234,7 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
             decode_rows(payload, frame[0], rows, lambda nbytes: scratch(nbytes, "rows"), image, **options)
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
-    return image, scaled_height / height, scaled_width / width
+    return image
 
 
 @_output_size_settable

@@ -1,7 +1,8 @@
 """FFCV's contracts, adapted onto beton's in one place.
 
 * :mod:`~beton.ffcv.fields`: fields written to FFCV's field contract (``encode(destination, value, malloc)``,
-  ``to_binary``/``from_binary``, ``get_decoder_class``), stored and read as beton fields;
+  ``to_binary``/``from_binary``, ``get_decoder_class``), and subclasses of beton's built-in fields that override
+  ``encode`` FFCV's way, stored and read as beton fields;
 * :mod:`~beton.ffcv.operations`: transforms and decoders written to FFCV's operation contract
   (``declare_state_and_memory``, ``generate_code``), run in beton pipelines, with :mod:`~beton.ffcv.kernels`
   (their functions as compiled kernels that fuse into stages) and :mod:`~beton.ffcv.memory` (the pointers of
@@ -22,5 +23,6 @@ from beton.order.contracts import register_order_contract
 from beton.pipeline.contracts import register_operation_contract
 
 register_contract(fields.CONTRACT)
+register_contract(fields.SUBCLASS_CONTRACT)
 register_operation_contract(operations.CONTRACT)
 register_order_contract(traversal_order.CONTRACT)

@@ -31,6 +31,15 @@ by :mod:`beton.ffcv`) wraps one a :class:`~beton.storage.writer.DatasetWriter` i
 Reading: the Loader's default pipeline for the field is its decoder alone (numpy batches, as FFCV's loader
 gives them); ``Reader[i]`` gives the class's ``to_python(metadata, payload)`` if it defines one, else the
 record and the payload bytes.
+
+**Subclasses of built-in fields written in FFCV's style** (:data:`SUBCLASS_CONTRACT`): FFCV's own fields follow
+its contract, so an FFCV program may subclass one (``class StringField(NDArrayField)``), override only
+``encode(self, destination, value, malloc)`` and call ``super().encode(destination, value, malloc)``.
+:class:`FFCVStyleSubclass` stores such a field as the built-in it extends: the user's ``encode`` is called with a
+record of the built-in's metadata and a ``malloc``, and the built-in's ``encode`` answers FFCV's call
+(:func:`beton.fields.base.answers_ffcv_encode`). The file holds a plain built-in field (same type name and
+arguments), so it opens without the class; given the class (``custom_fields=``), the field is rebuilt as the
+built-in it extends, as FFCV's inherited ``from_binary`` does.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import inspect
 import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -53,7 +63,7 @@ from beton.ffcv.operations import FFCVOperation, follows_ffcv_contract
 from beton.ffcv.memory import POINTER_BASE, POINTER_SPAN, pointer_of
 from beton.pipeline.operation import Operation
 
-__all__ = ["FFCVField", "CONTRACT", "move_pointers"]
+__all__ = ["FFCVField", "CONTRACT", "FFCVStyleSubclass", "SUBCLASS_CONTRACT", "move_pointers"]
 
 #: The longest base64 text 1024 bytes encode to.
 _MAX_ARGUMENT_TEXT = 4 * -(-ARG_TYPE.itemsize // 3)
@@ -87,15 +97,7 @@ class FFCVField(Field):
     # ---- writing ------------------------------------------------------------------------------------------
 
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
-        destination = np.zeros(1, self.metadata_dtype)
-        malloc = _Malloc(pointer_of(context.sample))
-        try:
-            self.field.encode(destination, value, malloc)
-        except BetonError:
-            raise
-        except Exception as error:  # the user's field: say which one, the writer adds sample and field name
-            raise EncodeError(f"{type(self.field).__name__}.encode raised {type(error).__name__}: {error}") \
-                from error
+        destination, malloc = _encode_ffcv_way(self.field, self.metadata_dtype, value, context)
         pointers = _pointers(destination, np.array([context.sample], np.int64))
         if pointers.foreign[0] >= 0:
             raise EncodeError(f"{pointers.foreign_text(0)}: a value in the range beton reserves for payload "
@@ -178,11 +180,101 @@ class FFCVField(Field):
         return f"{type(self.field).__name__} (FFCV contract)"
 
 
-class _Malloc:
-    """FFCV's ``malloc`` for one sample and field: one zeroed payload buffer, and the sample's pointer."""
+@dataclasses.dataclass(frozen=True)
+class FFCVStyleSubclass(Field):
+    """A subclass of a built-in field whose ``encode`` is FFCV's (module docstring), stored as that built-in."""
 
-    def __init__(self, pointer: int) -> None:
+    field: Field
+
+    def __post_init__(self) -> None:
+        # per instance, as the built-in's (an image field's metadata depends on nothing, but a user's may)
+        object.__setattr__(self, "metadata_dtype", self.field.metadata_dtype)
+        object.__setattr__(self, "has_payload", self.field.has_payload)
+
+    def stored_type_name(self) -> str:  # type: ignore[override]  # the built-in's name: the file holds one
+        return _builtin_of(type(self.field)).stored_type_name()
+
+    def arguments(self) -> dict[str, Any]:
+        return self.field.arguments()
+
+    def encode(self, value: Any, context: EncodeContext) -> Encoded:
+        destination, malloc = _encode_ffcv_way(self.field, self.metadata_dtype, value, context)
+        if self.has_payload and malloc.buffer is None:
+            raise EncodeError(f"{type(self.field).__name__}.encode stored no payload: call "
+                              "super().encode(destination, value, malloc)")
+        return Encoded(metadata=destination[0] if self.metadata_dtype.names else (),
+                       payload=None if malloc.buffer is None else malloc.buffer.tobytes())
+
+    def layout_pieces(self, metadata: np.void) -> list[int] | None:
+        return self.field.layout_pieces(metadata)
+
+    def record_piece_starts(self, metadata: np.void, starts: list[int]) -> None:
+        self.field.record_piece_starts(metadata, starts)
+
+    def default_pipeline(self) -> list[Operation]:
+        return self.field.default_pipeline()
+
+    def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
+        return self.field.to_python(metadata, payload)
+
+    def describe(self) -> str:
+        return f"{type(self.field).__name__} (FFCV-style subclass of {_builtin_of(type(self.field)).__name__})"
+
+    @staticmethod
+    def rebuild(field_class: type[Field], arguments: Mapping[str, Any]) -> Field:
+        """The field a file stores for ``field_class``: the built-in it extends (FFCV's ``from_binary``, which a
+        subclass inherits, also builds the built-in)."""
+        return _builtin_of(field_class).from_arguments(arguments)
+
+
+def speaks_ffcv_encode(field: Any) -> bool:
+    """Whether ``field`` (an object or a class) subclasses a beton field whose ``encode`` is beton's, overriding
+    it with FFCV's ``encode(destination, value, malloc)``, without the rest of FFCV's field contract."""
+    cls = field if isinstance(field, type) else type(field)
+    return issubclass(cls, Field) and not follows_ffcv_field_contract(cls) and \
+        _encode_arity(cls.encode) == 3 and _builtin_of(cls) is not None
+
+
+def _builtin_of(cls: type[Field]) -> type[Field] | None:
+    """The nearest ancestor of ``cls`` that defines beton's ``encode(value, context)``."""
+    return next((base for base in cls.__mro__[1:] if issubclass(base, Field) and base is not Field
+                 and "encode" in vars(base) and _encode_arity(base.encode) == 2), None)
+
+
+def _encode_arity(encode: Any) -> int | None:
+    """How many arguments ``encode`` needs after ``self``: 2 for beton's, 3 for FFCV's (None: no signature to
+    read). Parameters with defaults do not count, so a beton ``encode`` with options stays beton's."""
+    try:
+        parameters = list(inspect.signature(encode).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
+        return None
+    return sum(p.default is p.empty for p in parameters)
+
+
+def _encode_ffcv_way(field: Field, metadata_dtype: np.dtype, value: Any,
+                     context: EncodeContext) -> tuple[np.ndarray, _Malloc]:
+    """Call a field's FFCV-style ``encode(destination, value, malloc)``: its filled record and its malloc."""
+    destination = np.zeros(1, metadata_dtype)
+    malloc = _Malloc(pointer_of(context.sample), context)
+    try:
+        field.encode(destination, value, malloc)
+    except BetonError:
+        raise
+    except Exception as error:  # the user's field: say which one, the writer adds sample and field name
+        raise EncodeError(f"{type(field).__name__}.encode raised {type(error).__name__}: {error}") from error
+    return destination, malloc
+
+
+class _Malloc:
+    """FFCV's ``malloc`` for one sample and field: one zeroed payload buffer, and the sample's pointer. It
+    carries the sample's ``context``, for a built-in field's ``encode`` called FFCV's way
+    (:func:`beton.fields.base.answers_ffcv_encode`)."""
+
+    def __init__(self, pointer: int, context: EncodeContext) -> None:
         self.pointer = pointer
+        self.context = context
         self.buffer: np.ndarray | None = None
 
     def __call__(self, size: Any) -> tuple[int, np.ndarray]:
@@ -259,3 +351,5 @@ def _integer_members(array: np.ndarray, path: tuple[str, ...] = ()) -> Iterator[
 
 #: FFCV's field contract, as the field registry adapts it (registered by :mod:`beton.ffcv`).
 CONTRACT = FieldContract("ffcv", follows_ffcv_field_contract, FFCVField, FFCVField.from_binary_of)
+#: Subclasses of built-in fields that override ``encode`` FFCV's way (registered by :mod:`beton.ffcv`).
+SUBCLASS_CONTRACT = FieldContract("ffcv-subclass", speaks_ffcv_encode, FFCVStyleSubclass, FFCVStyleSubclass.rebuild)

@@ -30,16 +30,20 @@ shape None.
 
 How beton runs such an operation (:class:`FFCVOperation`):
 
-* **compiled and fused** (the usual case: jit mode, compilation enabled, output memory that is the declared
-  State on the CPU): the function is compiled with numba (``nogil``) and wrapped as a *rows* kernel
+* **compiled and fused** (the usual case: jit mode, compilation enabled, numpy output memory of the declared
+  State): the function is compiled with numba (``nogil``) and wrapped as a *rows* kernel
   (:mod:`beton.ffcv.kernels`), a compiled step like beton's own: consecutive compiled steps of all
   pipelines (beton's ``JitOperation`` s, FFCV-style decoders and transforms) become one compiled stage, one
   call per batch, writing into the batch slot's buffers (batches the loop keeps stay valid as for every slot
   buffer: the slot gets fresh memory). A decoder's destination rows are zeroed first, so the padding of
   variable-length samples holds zeros, never old bytes.
-* **as a batch stage** otherwise (torch input or output, output memory on a device or unlike the declared
+* **as a batch stage** otherwise (torch input or output, output memory of a torch dtype or unlike the declared
   State, or ``Compiler.set_enabled(False)``, which runs the function as Python): one call per batch with fresh
   ``dst`` memory (zeroed for a decoder).
+
+Memory follows FFCV's rule (:func:`gives_numpy`, :func:`allocate`): a query with a numpy dtype gets numpy
+memory whatever its device, page-locked where it names a CUDA device and CUDA is there (in the slot too:
+:meth:`FFCVOperation.pinned_output`); a query with a torch dtype gets torch tensors on its device.
 
 Random draws made with ``np.random`` inside such a function are the operation's own: unlike beton's keyed
 draws, they do not repeat with the seed.
@@ -62,6 +66,7 @@ from beton.pipeline.compiler import Compiler
 from beton.pipeline.contracts import OperationContract
 from beton.ffcv.kernels import rows_kernel
 from beton.ffcv.memory import read_payload, storage_state
+from beton.memory.slots import pinned_empty
 from beton.pipeline.operation import (
     BatchContext,
     BatchOperation,
@@ -72,7 +77,7 @@ from beton.pipeline.operation import (
     torch_dtype,
 )
 
-__all__ = ["FFCVOperation", "CONTRACT", "follows_ffcv_contract", "has_shared_state"]
+__all__ = ["FFCVOperation", "CONTRACT", "follows_ffcv_contract", "has_shared_state", "gives_numpy", "pins", "allocate"]
 
 #: The class that adapts a field written to FFCV's field contract (named, not imported: fields sit above).
 _FFCV_FIELD_CLASS = "beton.ffcv.fields.FFCVField"
@@ -144,6 +149,10 @@ class FFCVOperation(JitOperation, BatchOperation):
         jit = state.jit_mode and (decodes or previous.kind == "numpy")
         function = self._generated(operation, decodes)
         compiled = jit and Compiler.is_enabled
+        if compiled and allocation is not None and not gives_numpy(allocation):
+            raise PipelineError(f"{self!r} declares jit_mode=True, so its function is compiled, but asks for torch "
+                                f"memory (AllocationQuery dtype {allocation.dtype}), which compiled code cannot take "
+                                "(FFCV fails the same way): ask with a numpy dtype, or declare jit_mode=False")
         prepared = _Prepared(
             decodes=decodes, allocation=allocation,
             function=Compiler.compile(function) if jit else function,
@@ -170,6 +179,10 @@ class FFCVOperation(JitOperation, BatchOperation):
 
     def in_place(self, previous: State) -> bool:
         return self._prepared.allocation is None
+
+    def pinned_output(self, previous: State | SourceState) -> bool:
+        allocation = self._prepared.allocation
+        return allocation is not None and pins(allocation)
 
     @property
     def _function(self) -> Callable:
@@ -233,17 +246,17 @@ class FFCVOperation(JitOperation, BatchOperation):
         extra = ()
         if prepared.shared_state is not None:
             shared = prepared.shared
-            memory = tuple(_allocate(q, count, zeroed=True) for q in shared) if isinstance(shared, tuple) \
-                else _allocate(shared, count, zeroed=True)
+            memory = tuple(allocate(q, count, zeroed=True) for q in shared) if isinstance(shared, tuple) \
+                else allocate(shared, count, zeroed=True)
             prepared.shared_state(memory)
             extra = (memory,)
         if prepared.decodes:
             source: Source = batch
             # zeroed: a decoder that pads (variable-length payloads) leaves the padding as it found it
-            destination = _allocate(prepared.allocation, count, zeroed=True)
+            destination = allocate(prepared.allocation, count, zeroed=True)
             return prepared.function(context.samples, destination, source.metadata,
                                      storage_state(source, context.samples), *extra)
-        destination = _allocate(prepared.allocation, len(batch))
+        destination = allocate(prepared.allocation, len(batch))
         if prepared.with_indices:
             return prepared.function(batch, destination, context.samples, *extra)
         return prepared.function(batch, destination, *extra)
@@ -257,31 +270,58 @@ def _is_ffcv_field(field: Any) -> bool:
 
 
 def _fits_slot(allocation: AllocationQuery | None, output: State, previous: State | None) -> bool:
-    """Whether the output can live in a slot buffer of the output State: CPU memory of exactly the declared
-    shape and dtype, or (in place) the input's own, unchanged."""
+    """Whether the output can live in a slot buffer of the output State: numpy memory (FFCV's rule: a numpy
+    dtype, whatever the device) of exactly the declared shape and dtype, or (in place) the input's own,
+    unchanged."""
     if output.kind != "numpy" or output.layout != "dense":
         return False
     if allocation is None:
         return previous is not None and previous.kind == "numpy" and \
             (tuple(previous.shape), np.dtype(previous.dtype)) == (tuple(output.shape), np.dtype(output.dtype))
-    if allocation.device is not None:
-        return False
-    try:
-        return (tuple(allocation.shape), np.dtype(allocation.dtype)) == (tuple(output.shape), np.dtype(output.dtype))
-    except TypeError:  # a torch dtype
-        return False
+    return gives_numpy(allocation) and \
+        (tuple(allocation.shape), np.dtype(allocation.dtype)) == (tuple(output.shape), np.dtype(output.dtype))
 
 
 def _numpy_queries(shared: Any) -> bool:
     queries = shared if isinstance(shared, tuple) else (shared,) if shared is not None else ()
-    for query in queries:
-        if query.device is not None:
-            return False
-        try:
-            np.dtype(query.dtype)
-        except TypeError:
-            return False
+    return all(gives_numpy(query) for query in queries)
+
+
+# ---- FFCV's memory rule -------------------------------------------------------------------------------------
+
+def gives_numpy(query: AllocationQuery) -> bool:
+    """FFCV's memory rule: a query with a numpy dtype (or anything numpy takes as one) gets numpy memory, whatever
+    its device; one with a torch dtype gets torch tensors on its device."""
+    if isinstance(query.dtype, torch.dtype):
+        return False
+    try:
+        np.dtype(query.dtype)
+    except TypeError:
+        raise PipelineError(f"AllocationQuery dtype {query.dtype!r} is neither a numpy nor a torch dtype") from None
     return True
+
+
+def pins(query: AllocationQuery) -> bool:
+    """Whether a query's numpy memory is page-locked: when it names a CUDA device (FFCV pins whenever it can; a
+    page-locked buffer only speeds up copies to a GPU). Pinned only where CUDA is available."""
+    return gives_numpy(query) and query.device is not None and torch.device(query.device).type == "cuda"
+
+
+def allocate(query: AllocationQuery | None, count: int, zeroed: bool = False) -> Any:
+    """Memory for ``count`` samples of ``query``, by FFCV's memory rule (:func:`gives_numpy`, :func:`pins`);
+    None for no query."""
+    if query is None:
+        return None
+    shape = (count, *query.shape)
+    if gives_numpy(query):
+        dtype = np.dtype(query.dtype)
+        if pins(query) and torch.cuda.is_available():
+            memory = pinned_empty(shape, dtype)
+            if zeroed:
+                memory[...] = 0
+            return memory
+        return (np.zeros if zeroed else np.empty)(shape, dtype)
+    return (torch.zeros if zeroed else torch.empty)(shape, dtype=query.dtype, device=query.device or "cpu")
 
 
 def _give(operation: Any, method: str, arguments: tuple, attributes: dict[str, Any]) -> None:
@@ -304,15 +344,6 @@ def _accepts(function: Callable, count: int) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _allocate(query: AllocationQuery | None, count: int, zeroed: bool = False) -> Any:
-    if query is None:
-        return None
-    shape = (count, *query.shape)
-    if query.device is None:
-        return (np.zeros if zeroed else np.empty)(shape, np.dtype(query.dtype))
-    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch_dtype(query.dtype), device=query.device)
 
 
 def _to_ffcv(state: State) -> State:

@@ -33,25 +33,29 @@ program vouches for - ``beton.fields.register(AudioField)``, ``custom_fields={"a
 
 A subclass may instead follow FFCV's field contract (``metadata_type``, ``encode(destination, value, malloc)``,
 ``to_binary``/``from_binary``, ``get_decoder_class``): beton stores and reads it through
-:class:`beton.ffcv.fields.FFCVField`.
+:class:`beton.ffcv.fields.FFCVField`. A subclass of a built-in field may also override only ``encode`` FFCV's
+way and call ``super().encode(destination, value, malloc)``: the built-ins' ``encode`` answers that call
+(:func:`answers_ffcv_encode`), and :class:`beton.ffcv.fields.FFCVStyleSubclass` stores such a field.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from beton.errors import FieldError, PipelineError
+from beton.errors import EncodeError, FieldError, PipelineError
 from beton.limits import ReadLimits
 from beton.pieces import Pieces
 from beton.pipeline.operation import Operation
 from beton.random import encode_rng
 
-__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces", "ARG_TYPE", "follows_ffcv_field_contract"]
+__all__ = ["Field", "Encoded", "EncodeContext", "UnknownField", "Pieces", "ARG_TYPE", "follows_ffcv_field_contract",
+           "answers_ffcv_encode"]
 
 #: FFCV's type of a field's stored arguments (``to_binary``'s result, ``from_binary``'s argument): 1024 bytes.
 ARG_TYPE = np.dtype([("", "<u1", 1024)])
@@ -210,6 +214,36 @@ class Field(abc.ABC):
 def follows_ffcv_field_contract(field: Any) -> bool:
     """Whether ``field`` (an object or a class) is written to FFCV's field contract rather than beton's."""
     return all(callable(getattr(field, name, None)) for name in _FFCV_FIELD_METHODS)
+
+
+def answers_ffcv_encode(encode: Callable[[Any, Any, EncodeContext], Encoded]) -> Callable[..., Any]:
+    """Make a built-in field's ``encode(value, context)`` also answer FFCV's built-in fields' call
+    ``encode(destination, value, malloc)``, which a user's subclass written in FFCV's style makes through
+    ``super().encode(destination, value, malloc)``.
+
+    Called that way it encodes ``value`` as beton does, writes the metadata record into ``destination`` (a
+    one-record array of the field's ``metadata_dtype``) and the payload into the buffer ``malloc(size)`` returns.
+    ``malloc`` must be the one beton's writer gave (:class:`beton.ffcv.fields.FFCVStyleSubclass`): it carries the
+    sample's :class:`EncodeContext`, from which beton's fields draw their randomness.
+    """
+
+    @functools.wraps(encode)
+    def either(self: Field, *arguments: Any, **keywords: Any) -> Any:
+        if len(arguments) != 3 or keywords:
+            return encode(self, *arguments, **keywords)
+        destination, value, malloc = arguments
+        context = getattr(malloc, "context", None)
+        if not isinstance(context, EncodeContext):
+            raise EncodeError(f"{type(self).__name__}.encode(destination, value, malloc) is FFCV's call, which beton "
+                              "answers inside a DatasetWriter only (its malloc carries the sample's place)")
+        encoded = encode(self, value, context)
+        if self.metadata_dtype.names:
+            destination[0] = encoded.metadata
+        if encoded.payload is not None:
+            _, buffer = malloc(len(encoded.payload))
+            buffer[:] = np.frombuffer(encoded.payload, np.uint8)
+
+    return either
 
 
 def _stored_form(self: Field, metadata: np.void, payload: np.ndarray | None) -> tuple[Any, bytes | None]:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from beton import _json
-from beton.errors import EncodeError
+from beton.errors import DecodeError, EncodeError
 from beton.decoders.basic import BytesDecoder, JSONDecoder
-from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.base import Encoded, EncodeContext, Field, answers_ffcv_encode
 from beton.pipeline.operation import Operation
 
 # FFCV's import path ``ffcv.fields.bytes`` also holds its decoders.
@@ -28,13 +28,15 @@ class BytesField(Field):
     ``array.tobytes()`` gives; read them back with ``np.frombuffer(value, dtype)``, or store them in a
     :class:`~beton.fields.RaggedArrayField`, which keeps dtype and row shape). Text must be encoded first.
 
-    In a Loader, ``BytesDecoder()`` gives a list of ``bytes`` per batch; ``BytesDecoder(max_length=n)`` gives a
-    padded uint8 batch with lengths, for torch (see :class:`beton.decoders.BytesDecoder`).
+    In a Loader (see :class:`beton.decoders.BytesDecoder`), ``BytesDecoder(exact=True)``, the default, gives a
+    list of ``bytes`` per batch; ``BytesDecoder()`` FFCV's uint8 rows as long as the file's longest value;
+    ``BytesDecoder(max_length=n)`` a padded uint8 batch with lengths, for torch.
     """
 
     type_name = "beton.BytesField"
     has_payload = True
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, np.ndarray):
             if value.dtype.hasobject:
@@ -53,10 +55,10 @@ class BytesField(Field):
             raise EncodeError(f"expected bytes, a buffer or an array, got {type(value).__name__}") from None
 
     def lengths(self, records: np.ndarray, sizes: np.ndarray | None) -> np.ndarray | None:
-        return None if sizes is None else np.asarray(sizes, dtype=np.int64)
+        return _payload_lengths(sizes)
 
     def default_pipeline(self) -> list[Operation]:
-        return [BytesDecoder()]
+        return [BytesDecoder(exact=True)]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> bytes:
         return payload.tobytes()
@@ -72,6 +74,7 @@ class JSONField(Field):
     type_name = "beton.JSONField"
     has_payload = True
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         try:
             text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -79,16 +82,45 @@ class JSONField(Field):
         except (TypeError, ValueError, UnicodeEncodeError) as error:
             raise EncodeError(f"value is not JSON-serialisable: {error}") from None
 
+    def lengths(self, records: np.ndarray, sizes: np.ndarray | None) -> np.ndarray | None:
+        """Bytes of each document's UTF-8 text."""
+        return _payload_lengths(sizes)
+
     @staticmethod
-    def unpack(batch: Any) -> list[Any]:
-        """FFCV's ``JSONField.unpack``: a batch of JSON values as Python objects. beton's JSONDecoder already
-        gives a list of values (returned as a list); FFCV's padded uint8 rows (NUL-terminated) are parsed."""
-        if isinstance(batch, np.ndarray) and batch.dtype == np.uint8 and batch.ndim == 2:
-            return [_json.decode_payload(row.tobytes().split(b"\0", 1)[0]) for row in batch]
-        return list(batch)
+    def unpack(batch: Any) -> Any:
+        """FFCV's ``JSONField.unpack``: what a Loader gave for a JSONField, as Python values.
+
+        Takes ``BytesDecoder()``'s rows (a uint8 array or tensor, each document followed by a NUL, as FFCV's
+        loader gives them; one row gives one value), ``JSONDecoder``'s list of values (returned as a list) or
+        ``BytesDecoder(exact=True)``'s list of bytes (each parsed).
+        """
+        torch = sys.modules.get("torch")  # a batch can only be a tensor if torch is imported already
+        if torch is not None and isinstance(batch, torch.Tensor):
+            batch = batch.cpu().numpy()
+        if not isinstance(batch, np.ndarray):
+            return [_json.decode_payload(bytes(value)) if isinstance(value, (bytes, bytearray, memoryview)) else value
+                    for value in batch]
+        if batch.dtype != np.uint8 or batch.ndim not in (1, 2):
+            raise DecodeError(f"JSONField.unpack takes BytesDecoder's uint8 rows, got {batch.dtype} of shape "
+                              f"{batch.shape}")
+        values = [_document(row) for row in batch.reshape(-1, batch.shape[-1])]
+        return values if batch.ndim == 2 else values[0]
 
     def default_pipeline(self) -> list[Operation]:
         return [JSONDecoder()]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
         return _json.decode_payload(payload.tobytes())
+
+
+def _payload_lengths(sizes: np.ndarray | None) -> np.ndarray | None:
+    return None if sizes is None else np.asarray(sizes, dtype=np.int64)
+
+
+def _document(row: np.ndarray) -> Any:
+    """The JSON value of one of BytesDecoder's rows: its text ends at the first NUL."""
+    text, terminator, _ = row.tobytes().partition(b"\0")
+    if not terminator:
+        raise DecodeError("a row given to JSONField.unpack holds no NUL after its document: not a row of "
+                          "BytesDecoder() on a JSONField")
+    return _json.decode_payload(text)

@@ -11,7 +11,7 @@ import numpy as np
 
 from beton.errors import DecodeError, EncodeError, FieldError, FormatError, first_bad_record
 from beton.decoders.basic import NDArrayDecoder, TorchTensorDecoder
-from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.base import Encoded, EncodeContext, Field, answers_ffcv_encode
 from beton.pipeline.operation import Operation, torch_dtype
 from beton.transforms.torch_ops import ToTensor, ViewAs
 from beton.dtypes import dtype_from_descr
@@ -124,6 +124,7 @@ class NDArrayField(Field):
     def num_bytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize  # Python integers: no overflow on stored shapes
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if not isinstance(value, (np.ndarray, np.generic)):
             raise EncodeError(f"expected a numpy array, got {type(value).__name__}")
@@ -184,6 +185,7 @@ class TorchTensorField(Field):
     def num_bytes(self) -> int:
         return math.prod(self.shape) * self.storage_dtype.itemsize
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         import torch
 

@@ -51,7 +51,7 @@ from beton.codecs.image_record import (
 from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
-from beton.fields.base import Encoded, EncodeContext, Field, Pieces
+from beton.fields.base import Encoded, EncodeContext, Field, Pieces, answers_ffcv_encode
 from beton.limits import MAX_IMAGE_PIXELS_VARIABLE, ReadLimits
 from beton.pipeline.operation import Operation
 from beton.transforms.torch_ops import ToTensor
@@ -137,6 +137,7 @@ class RGBImageField(Field):
 
     # ---- writing ------------------------------------------------------------------------------------------
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:2]) == _JPEG_MAGIC:
             data = bytes(value)

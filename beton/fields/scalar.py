@@ -11,7 +11,7 @@ import numpy as np
 
 from beton.errors import EncodeError
 from beton.decoders.basic import FloatDecoder, IntDecoder
-from beton.fields.base import Encoded, EncodeContext, Field
+from beton.fields.base import Encoded, EncodeContext, Field, answers_ffcv_encode
 from beton.pipeline.operation import Operation
 from beton.transforms.torch_ops import ToTensor
 
@@ -27,6 +27,7 @@ class IntField(Field):
     type_name = "beton.IntField"
     metadata_dtype = np.dtype([("value", "<i8")])
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if isinstance(value, (float, np.floating)):
             raise EncodeError(f"expected an integer, got {type(value).__name__} {value!r}")
@@ -52,6 +53,7 @@ class FloatField(Field):
     type_name = "beton.FloatField"
     metadata_dtype = np.dtype([("value", "<f8")])
 
+    @answers_ffcv_encode
     def encode(self, value: Any, context: EncodeContext) -> Encoded:
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
             raise EncodeError(f"expected a real number, got {type(value).__name__}")

@@ -111,13 +111,12 @@ class EpochEngine:
             for stage in plan.stages if stage.kind == "jit" for step in stage.steps
         }
         self._payloads = tuple(sorted({stored.payload for stored in self.fields if stored.payload >= 0}))
-        specs = [(spec.shape, spec.dtype) for spec in plan.buffers]
         needed = _slot_bytes(plan, batch_size) * num_slots
         if needed > _physical_memory():
             raise LoaderError(f"{self._slot_memory_text(num_slots)}, more than this machine's "
                               f"{_physical_memory() / 2**30:.1f} GiB of memory")
         try:
-            self.slots = [Slot.allocate(batch_size, specs) for _ in range(num_slots)]
+            self.slots = [Slot.allocate(batch_size, plan.buffers) for _ in range(num_slots)]
         except MemoryError:
             raise LoaderError(f"{self._slot_memory_text(num_slots)}: the allocation failed") from None
         warm_up(plan, self.kernel_arguments, self.slots[0].buffers,

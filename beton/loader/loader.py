@@ -165,10 +165,9 @@ class Loader:
         if unmapped and memory is None and os_cache is None:
             os_cache = False  # the process cache reads them
         memory = resolve_memory(os_cache, memory)
-        if unmapped and isinstance(memory, OSCache):
-            what = "a remote file has no memory map" if one_file else "one memory map cannot hold several files"
-            raise ValueError(f"{_describe(path)} is read through the process cache ({what}): leave os_cache and "
-                             "memory out, or pass memory=ProcessCache(...)")
+        if one_file and unmapped and isinstance(memory, OSCache):
+            raise ValueError(f"{_describe(path)} is read through the process cache (a remote file has no memory "
+                             "map): leave os_cache and memory out, or pass memory=ProcessCache(...)")
         compile_options = compile_options if compile_options is not None else CompileOptions()
         check_pipelines(pipelines)  # before anything reads them, so a slip is named with its fix
         order = _order_or_shuffle(order, shuffle)
@@ -223,7 +222,8 @@ class Loader:
         stored = {name: StoredField.of(self.reader, name) for _, name, _, _ in outputs}
         options = self.compile_options
         self.plan: Plan = build_plan(outputs, options.kernel_cache_dir or default_cache_dir(), options.fuse_stages,
-                                     {name: field.metadata for name, field in stored.items()})
+                                     {name: field.metadata for name, field in stored.items()},
+                                     self._order_context.lengths)
         previous = self._engine
         self._engine = EpochEngine(
             self.plan, [stored[name] for name in self.plan.field_names], self.memory, batch_size=self.batch_size,
@@ -422,6 +422,12 @@ class Loader:
         return self.plan.explain()
 
     @property
+    def code(self) -> Plan:
+        """FFCV's ``loader.code``: what the epochs run, here the compiled plan (its source: :meth:`explain`). The
+        same object from epoch to epoch until an operation changes; ``recompile=True`` replans nothing more."""
+        return self.plan
+
+    @property
     def memory_counters(self) -> dict[str, int]:
         """Pages and bytes read in the current (or last) epoch."""
         return self.memory.counters.snapshot()
@@ -433,8 +439,11 @@ class Loader:
         self._active = None
 
     def close(self) -> None:
+        """End the running epoch, stop its threads and release every file: the memory layer's and the dataset's
+        (for several files, every shard still open). Batches already handed out stay valid."""
         self._close_active("the Loader was closed")
         self.memory.close()
+        self.reader.close()  # not in __del__: whoever still holds loader.reader reads it on
 
     def __reduce__(self) -> tuple:
         """``pickle``, ``copy.copy`` and ``copy.deepcopy`` give a new Loader configured as this one, at this one's
@@ -449,7 +458,8 @@ class Loader:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self._close_active("the Loader was closed")
+            self.memory.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
 
@@ -575,28 +585,28 @@ def _describe(path: Source) -> str:
     return os.fspath(path) if isinstance(path, (str, os.PathLike)) else f"a dataset of several files ({path!r:.200})"
 
 
-def _storage_modes(reader: OpenedDataset) -> dict[str, np.ndarray]:
+def _storage_modes(dataset: OpenedDataset) -> dict[str, np.ndarray]:
     """Per field stored in several modes (``Field.modes``: raw or JPEG images), each sample's mode."""
     # copies: the orders read them every epoch, and the memory layer never reads the file's map after opening
-    modes = {name: field.modes(reader.data_table[name]) for name, field in reader.fields.items()}
+    modes = {name: field.modes(dataset.data_table[name]) for name, field in dataset.fields.items()}
     return {name: np.array(found) for name, found in modes.items() if found is not None}
 
 
-def _sample_lengths(reader: OpenedDataset) -> dict[str, np.ndarray]:
+def _sample_lengths(dataset: OpenedDataset) -> dict[str, np.ndarray]:
     """Per field with lengths (ragged arrays, byte strings), each sample's length: copies, as _storage_modes."""
     lengths = {}
-    for name, field in reader.fields.items():
-        column = reader.descriptors[name].payload_column
-        sizes = reader.allocation_table[:, column]["size"] if column >= 0 else None
-        found = field.lengths(reader.data_table[name], sizes)
+    for name, field in dataset.fields.items():
+        column = dataset.descriptors[name].payload_column
+        sizes = dataset.allocation_table[:, column]["size"] if column >= 0 else None
+        found = field.lengths(dataset.data_table[name], sizes)
         if found is not None:
             lengths[name] = np.array(found, dtype=np.int64)
     return lengths
 
 
-def _sample_pages(reader: OpenedDataset) -> np.ndarray:
+def _sample_pages(dataset: OpenedDataset) -> np.ndarray:
     """Page of each sample's first payload; files without payloads get pseudo-pages of 1024 samples."""
-    if reader.allocation_table.shape[1] == 0 or reader.num_samples == 0:
-        return np.arange(reader.num_samples, dtype=np.int64) // 1024
-    offsets = reader.allocation_table[:, 0]["offset"].astype(np.int64)
-    return (offsets - reader.heap_offset) // reader.page_size
+    if dataset.allocation_table.shape[1] == 0 or dataset.num_samples == 0:
+        return np.arange(dataset.num_samples, dtype=np.int64) // 1024
+    offsets = dataset.allocation_table[:, 0]["offset"].astype(np.int64)
+    return (offsets - dataset.heap_offset) // dataset.page_size

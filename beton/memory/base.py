@@ -42,19 +42,19 @@ __all__ = ["MemoryStrategy", "MemoryLayer", "EpochReads", "StoredField", "Memory
            "allocation_columns"]
 
 
-def metadata_column(reader: OpenedDataset, field_name: str) -> np.ndarray:
+def metadata_column(dataset: OpenedDataset, field_name: str) -> np.ndarray:
     """A contiguous copy of one field's data-table column (numba wants contiguous arrays; a copy, never a view
     of the memory map, even where the column is already contiguous: see the module docstring)."""
-    column = reader.data_table[field_name]
+    column = dataset.data_table[field_name]
     if column.dtype.itemsize == 0:
         return np.zeros(0, np.uint8)  # payload-only fields: numba cannot type zero-size records
     return np.array(column, order="C", copy=True)
 
 
-def allocation_columns(reader: OpenedDataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def allocation_columns(dataset: OpenedDataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per payload column, contiguous int64 copies of the payloads' offsets and sizes: a batch then needs two
     takes, not a structured gather, and never reads the Reader's memory map."""
-    table = reader.allocation_table
+    table = dataset.allocation_table
     offsets = [np.ascontiguousarray(table[:, c]["offset"], np.int64) for c in range(table.shape[1])]
     sizes = [np.ascontiguousarray(table[:, c]["size"], np.int64) for c in range(table.shape[1])]
     return offsets, sizes
@@ -71,8 +71,8 @@ class StoredField:
     payload: int
 
     @classmethod
-    def of(cls, reader: OpenedDataset, name: str) -> StoredField:
-        return cls(name, reader.fields[name], metadata_column(reader, name), reader.descriptors[name].payload_column)
+    def of(cls, dataset: OpenedDataset, name: str) -> StoredField:
+        return cls(name, dataset.fields[name], metadata_column(dataset, name), dataset.descriptors[name].payload_column)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -119,9 +119,9 @@ class MemoryLayer(abc.ABC):
     the rest where it keeps per-epoch or per-batch state.
     """
 
-    def __init__(self, reader: OpenedDataset, file: PageSource) -> None:
+    def __init__(self, dataset: OpenedDataset, file: PageSource) -> None:
         self.file = file
-        self._offsets, self._sizes = allocation_columns(reader)
+        self._offsets, self._sizes = allocation_columns(dataset)
         self.counters = MemoryCounters()
         self._pieces: dict[int, Pieces] = {}
         self._piece_bytes: dict[int, np.ndarray] = {}
@@ -177,5 +177,5 @@ class MemoryStrategy(abc.ABC):
     builds its own running layer."""
 
     @abc.abstractmethod
-    def build(self, reader: OpenedDataset, num_slots: int) -> MemoryLayer:
-        """The running layer for ``reader``'s file, serving a ring of ``num_slots`` batch slots."""
+    def build(self, dataset: OpenedDataset, num_slots: int) -> MemoryLayer:
+        """The running layer for ``dataset``'s file, serving a ring of ``num_slots`` batch slots."""

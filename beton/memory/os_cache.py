@@ -28,13 +28,15 @@ import numpy as np
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
 from beton.memory.file_lease import FileLease
 from beton.memory.page_schedule import Heap
+from beton.memory.staging import stage_buffer, staged_source
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
 from beton.storage.digests import PageDigests
 from beton.storage.page_source import LocalFile
-from beton.dataset.union import OpenedDataset, ShardedDataset
+from beton.dataset.union import OpenedDataset, ShardedDataset, ShardedPages, open_page_source, page_digests
+from beton.storage.reader import Reader
 
-__all__ = ["OSCache", "OSCacheLayer"]
+__all__ = ["OSCache", "OSCacheLayer", "ShardMapsLayer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +50,10 @@ class OSCache(MemoryStrategy):
 
     readahead: bool = True
 
-    def build(self, reader: OpenedDataset, num_slots: int) -> OSCacheLayer:
-        return OSCacheLayer(reader, self.readahead)
+    def build(self, dataset: OpenedDataset, num_slots: int) -> MemoryLayer:
+        if isinstance(dataset, ShardedDataset):
+            return ShardMapsLayer(dataset, self.readahead)
+        return OSCacheLayer(dataset, self.readahead)
 
 
 class OSCacheLayer(MemoryLayer):
@@ -59,21 +63,17 @@ class OSCacheLayer(MemoryLayer):
     from its ``source`` to its ``batch_done``.
     """
 
-    def __init__(self, reader: OpenedDataset, readahead: bool = True) -> None:
-        if isinstance(reader, ShardedDataset):  # payloads of several files cannot lie in one memory map
-            raise ValueError(f"{reader.path}: a dataset of {len(reader.readers)} files is read through the process "
-                             "cache (one memory map cannot hold several files): leave os_cache and memory out, or "
-                             "pass memory=ProcessCache(...)")
-        file = LocalFile(reader)
-        super().__init__(reader, file)
+    def __init__(self, dataset: Reader, readahead: bool = True) -> None:
+        file = LocalFile(dataset)
+        super().__init__(dataset, file)
         # The map of the descriptor that check() watches, so both are the same file; it ends where the file
         # ended when opened, and the Reader checked every payload against that size.
         self.mapping = mmap.mmap(file.fd, 0, access=mmap.ACCESS_READ)
         if not readahead and hasattr(self.mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             self.mapping.madvise(mmap.MADV_RANDOM)
         self._memory = np.frombuffer(self.mapping, np.uint8)  # read-only, as every layer's memory
-        self._heap = Heap.of(reader)
-        self._digests = PageDigests.of([reader])  # None unless the Reader checks content
+        self._heap = Heap.of(dataset)
+        self._digests = page_digests(dataset)  # None unless the Reader checks content
         self.lease = FileLease(file.fd, file.path)
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
@@ -86,7 +86,7 @@ class OSCacheLayer(MemoryLayer):
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
         if self._digests is not None:
-            self._check_content(offsets, sizes)
+            _check_pages(self._digests, self._heap, self._memory, 0, offsets, sizes)
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
@@ -95,12 +95,74 @@ class OSCacheLayer(MemoryLayer):
         self.lease.leave(batch)
 
     def close(self) -> None:
+        """Release the file and its map at once (the map's own descriptor too), unless a view of it is still held
+        somewhere: then it goes when that view does."""
         self.lease.close()  # before the descriptor it watches is closed
         super().close()
+        self._memory = self._empty
+        try:
+            self.mapping.close()
+        except BufferError:
+            pass
 
-    def _check_content(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
-        """Hash every page under these payloads that no batch has loaded yet (whole pages, even where decoders
-        read parts of payloads: a page's digest covers all of it)."""
-        for page in self._digests.unchecked(self._heap.pages_of(offsets, sizes)).tolist():
-            start, end = self._heap.page_bounds(page)
-            self._digests.check(page, self._memory[start:end])
+
+class ShardMapsLayer(MemoryLayer):
+    """The OS cache over a dataset of several local files: one memory map cannot hold them all, so each batch's
+    payloads are copied out of its shards' maps into the slot's staging buffers (as the process cache copies them
+    out of its pages), and the decoders read those. A shard is mapped when a batch first needs it and unmapped,
+    least recently used first, once more than the dataset's ``max_open_shards`` are open
+    (:meth:`~beton.dataset.union.ShardedPages.mapped`); each shard opened is checked to be the file whose tables
+    were read, and each batch's shards are checked after its payloads are copied, as the single file's are. Where
+    content is checked (``verify_content``), each page is hashed in its shard's map the first time a batch copies
+    from it, before the copy.
+
+    No read lease is taken on the shards (unlike :class:`OSCacheLayer`): the decoders read the copies, so the window
+    in which a truncated shard raises SIGBUS is the copy itself, not the decoding (docs/loader.md, "Memory").
+    """
+
+    def __init__(self, dataset: ShardedDataset, readahead: bool = True) -> None:
+        if dataset.remote_shards.any():
+            number = int(np.flatnonzero(dataset.remote_shards)[0])
+            raise ValueError(f"{dataset.path}: shard {number} ({dataset.manifest.shards[number].location}) is at a "
+                             "URL, which no memory map can hold: read it through the process cache (leave os_cache "
+                             "and memory out, or pass memory=ProcessCache(...))")
+        pages = open_page_source(dataset)
+        super().__init__(dataset, pages)
+        self._pages: ShardedPages = pages  # type: ignore[assignment]  (several files: their ShardedPages)
+        if not readahead:
+            self._pages.advise_random_access()
+        self._heap_ends, self._shifts = dataset.heap_ends, dataset.shifts
+        self._heap = Heap.of(dataset)
+        self._digests = page_digests(dataset)  # None unless some shard's content is checked
+
+    def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
+        """The batch's payloads of ``stored``, copied out of their shards' maps into ``slot``'s staging."""
+        column = stored.payload
+        if column < 0:
+            return self.empty_source(stored)
+        offsets, sizes = self._offsets[column].take(samples), self._sizes[column].take(samples)
+        buffer, positions = stage_buffer(slot.staging, column, sizes)
+        shards = np.searchsorted(self._heap_ends, offsets, side="right")  # a payload lies before its shard's end
+        for shard in np.unique(shards[sizes > 0]).tolist():
+            rows = np.flatnonzero((shards == shard) & (sizes > 0))
+            with self._pages.mapped(shard) as mapped:
+                if self._digests is not None:
+                    _check_pages(self._digests, self._heap, mapped, int(self._shifts[shard]), offsets[rows],
+                                 sizes[rows])
+                starts = offsets[rows] - int(self._shifts[shard])
+                for start, size, position in zip(starts.tolist(), sizes[rows].tolist(), positions[rows].tolist()):
+                    buffer[position : position + size] = mapped[start : start + size]
+        self._pages.check()  # after the copies: bytes of a file changed meanwhile never reach the decoders
+        read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
+        self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
+        return staged_source(stored.metadata, buffer, positions, sizes)
+
+
+def _check_pages(digests: PageDigests, heap: Heap, mapped: np.ndarray, shift: int, offsets: np.ndarray,
+                 sizes: np.ndarray) -> None:
+    """Hash every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
+    (a file's map, whose bytes lie ``shift`` before their virtual offsets): whole pages, even where decoders read
+    parts of payloads, since a page's digest covers all of it."""
+    for page in digests.unchecked(heap.pages_of(offsets, sizes)).tolist():
+        start, end = heap.page_bounds(page)
+        digests.check(page, mapped[start - shift : end - shift])

@@ -46,7 +46,7 @@ from beton.memory.staging import stage_payloads, stage_pieces
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
-from beton.dataset.union import OpenedDataset, ShardedDataset, open_page_source
+from beton.dataset.union import OpenedDataset, open_page_source, page_digests
 from beton.storage.digests import PageDigests
 from beton.storage.page_source import PageSource
 
@@ -73,25 +73,25 @@ class ProcessCache(MemoryStrategy):
             raise ValueError(f"ProcessCache(read_bandwidth=...) must be a positive rate in bytes/s, got "
                              f"{self.read_bandwidth}")
 
-    def build(self, reader: OpenedDataset, num_slots: int) -> ProcessCacheLayer:
-        return ProcessCacheLayer(reader, num_slots, self.pages, self.read_bandwidth)
+    def build(self, dataset: OpenedDataset, num_slots: int) -> ProcessCacheLayer:
+        return ProcessCacheLayer(dataset, num_slots, self.pages, self.read_bandwidth)
 
 
 class ProcessCacheLayer(MemoryLayer):
     """The running process cache over one opened file (see the module docstring for its three parts).
 
-    ``reader``: one file (a Reader) or several as one (a :class:`~beton.dataset.union.ShardedDataset`).
+    ``dataset``: one file (a Reader) or several as one (a :class:`~beton.dataset.union.ShardedDataset`).
     ``file``: where pages are read from (default: the dataset's files opened again, local or remote); any
     :class:`~beton.storage.page_source.PageSource` does. ``budget_pages`` is the current epoch's budget.
     """
 
-    def __init__(self, reader: OpenedDataset, num_slots: int, budget_pages: int | None = None,
+    def __init__(self, dataset: OpenedDataset, num_slots: int, budget_pages: int | None = None,
                  read_bandwidth: float | None = None, file: PageSource | None = None) -> None:
-        file = file if file is not None else open_page_source(reader)
-        self._heap = Heap.of(reader)
-        digests = PageDigests.of(reader.readers if isinstance(reader, ShardedDataset) else [reader])
+        file = file if file is not None else open_page_source(dataset)
+        self._heap = Heap.of(dataset)
+        digests = page_digests(dataset)
         self._checks_content = digests is not None
-        super().__init__(reader, file if digests is None else _CheckedPages(file, self._heap, digests))
+        super().__init__(dataset, file if digests is None else _CheckedPages(file, self._heap, digests))
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._read_bandwidth = read_bandwidth

@@ -18,8 +18,8 @@ Concurrency model
   the workers by a fixed number of batches, so that a batch's pages are read before a worker takes it; the
   ring plus that lead bounds how far anything runs ahead of the loop.
 * **Kept batches**: a batch the loop keeps (``outputs.append(y)``) still references its slot's buffers when
-  the slot comes round again; :meth:`Slot.release_kept` then gives the slot fresh buffers and leaves the old
-  ones to the kept batch.
+  the slot comes round again; :meth:`Slot.release_kept` then gives the slot fresh buffers (pinned again where
+  they were) and leaves the old ones to the kept batch.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
-from beton.pipeline.operation import Scratch
+from beton.pipeline.compiler import BufferSpec
+from beton.pipeline.operation import Scratch, torch_dtype
 
-__all__ = ["Slot", "SlotGate"]
+__all__ = ["Slot", "SlotGate", "pinned_empty"]
 
 
 def _reference_counts(buffers: list[np.ndarray]) -> list[int]:
@@ -51,15 +53,19 @@ class Slot:
     view. See the module docstring for who owns a slot when.
     """
 
-    def __init__(self, buffers: list[np.ndarray]) -> None:
+    def __init__(self, buffers: list[np.ndarray], pinned: Sequence[bool] = ()) -> None:
         self.buffers = buffers
         self.scratch = Scratch()
         self.staging = Scratch()
+        self._pinned = tuple(pinned) or (False,) * len(buffers)  # per buffer: page-locked
 
     @classmethod
-    def allocate(cls, batch_size: int, specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> Slot:
-        """A slot with one buffer of ``batch_size`` samples per (per-sample shape, dtype)."""
-        return cls([np.empty((batch_size, *shape), dtype) for shape, dtype in specs])
+    def allocate(cls, batch_size: int, specs: Sequence[BufferSpec]) -> Slot:
+        """A slot with one buffer of ``batch_size`` samples per spec; a pinned spec's is page-locked where CUDA
+        is available (torch pins host memory only with CUDA)."""
+        pinned = tuple(spec.pinned and torch.cuda.is_available() for spec in specs)
+        return cls([_empty((batch_size, *spec.shape), spec.dtype, pin) for spec, pin in zip(specs, pinned)],
+                   pinned)
 
     def release_kept(self) -> None:
         """Give the slot fresh memory where its previous batch is still referenced (kept by the loop).
@@ -71,7 +77,23 @@ class Slot:
         buffers = self.buffers
         for index, count in enumerate(_reference_counts(buffers)):
             if count > _UNREFERENCED:
-                buffers[index] = np.empty_like(buffers[index])
+                old = buffers[index]
+                buffers[index] = _empty(old.shape, old.dtype, self._pinned[index])
+
+
+def pinned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised numpy array in page-locked memory (needs CUDA); plain memory for a dtype torch has no
+    twin of. The array is torch's own view of its pinned tensor, not a view of a view: numpy views of it then
+    reference it, which :meth:`Slot.release_kept` counts."""
+    try:
+        dtype_of_torch = torch_dtype(np.dtype(dtype))
+    except TypeError:
+        return np.empty(shape, dtype)
+    return torch.empty(shape, dtype=dtype_of_torch).pin_memory().numpy()
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype, pinned: bool) -> np.ndarray:
+    return pinned_empty(shape, dtype) if pinned else np.empty(shape, dtype)
 
 
 class SlotGate:

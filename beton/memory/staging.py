@@ -18,17 +18,17 @@ from beton.memory.page_schedule import Heap
 from beton.pieces import Pieces
 from beton.pipeline.operation import Scratch, Source
 
-__all__ = ["stage_payloads", "stage_pieces"]
+__all__ = ["stage_payloads", "stage_pieces", "stage_buffer", "staged_source"]
 
 
 def stage_payloads(pages: Mapping[int, np.ndarray], heap: Heap, staging: Scratch, column: int,
                    metadata: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, description: str) -> Source:
     """A Source over the payloads at absolute ``offsets`` of ``sizes`` bytes, copied end to end into the
     staging buffer of ``column``."""
-    buffer, positions = _stage(staging, column, sizes)
+    buffer, positions = stage_buffer(staging, column, sizes)
     for offset, size, position in zip(offsets.tolist(), sizes.tolist(), positions.tolist()):
         _copy(pages, heap, offset - heap.offset, size, buffer[position : position + size], description)
-    return _read_only_source(metadata, buffer, positions, sizes)
+    return staged_source(metadata, buffer, positions, sizes)
 
 
 def stage_pieces(pages: Mapping[int, np.ndarray], heap: Heap, staging: Scratch, column: int,
@@ -36,17 +36,17 @@ def stage_pieces(pages: Mapping[int, np.ndarray], heap: Heap, staging: Scratch, 
     """A Source over each sample's ``pieces`` (of the allocations at absolute ``offsets``), gathered end to end
     with the trailer into the staging buffer of ``column``."""
     sizes = pieces.sizes()
-    buffer, positions = _stage(staging, column, sizes)
+    buffer, positions = stage_buffer(staging, column, sizes)
     starts = offsets - heap.offset
     for row, (start, position, size) in enumerate(zip(starts.tolist(), positions.tolist(), sizes.tolist())):
         def copy(offset: int, length: int, out: np.ndarray, start: int = start) -> None:
             _copy(pages, heap, start + offset, length, out, description)
 
         pieces.gather(row, copy, buffer[position : position + size])
-    return _read_only_source(metadata, buffer, positions, sizes, gathered=True, skipped=pieces.skipped())
+    return staged_source(metadata, buffer, positions, sizes, gathered=True, skipped=pieces.skipped())
 
 
-def _stage(staging: Scratch, column: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stage_buffer(staging: Scratch, column: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The staging buffer for payloads of ``sizes`` laid end to end, and where each one starts."""
     positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
     return staging(max(int(sizes.sum()), 1), column), positions
@@ -67,7 +67,7 @@ def _copy(pages: Mapping[int, np.ndarray], heap: Heap, start: int, size: int, ou
         done += piece
 
 
-def _read_only_source(metadata: np.ndarray, buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
+def staged_source(metadata: np.ndarray, buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray,
                       gathered: bool = False, skipped: np.ndarray | None = None) -> Source:
     """A Source over the filled part of a staging buffer, which decoders must not write into."""
     view = buffer[: int(sizes.sum())]

@@ -96,6 +96,8 @@ class Stage:
 class BufferSpec:
     shape: tuple[int, ...]  # per sample
     dtype: np.dtype
+    #: page-locked where CUDA is available (:meth:`Operation.pinned_output`), for fast copies to a GPU
+    pinned: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,20 +123,22 @@ class Plan:
 
 def build_plan(
     outputs: Sequence[tuple[str, str, Any, Sequence[Operation]]], cache_dir: str, fuse: bool = True,
-    metadata: dict[str, np.ndarray] | None = None,
+    metadata: dict[str, np.ndarray] | None = None, lengths: dict[str, np.ndarray] | None = None,
 ) -> Plan:
     """``outputs``: (output name, field name, field, operations) per output. Returns the compiled plan.
 
-    ``metadata``: field name -> its data-table column, for decoders that inspect the dataset (image sizes).
+    ``metadata``: field name -> its data-table column, for decoders that inspect the dataset (image sizes);
+    ``lengths``: field name -> each sample's length, for fields that have one (``SourceState.lengths``).
 
     ``fuse=False`` compiles every jit operation as a stage of its own: only to measure what fusion gains.
     """
     buffers: list[BufferSpec] = []
-    metadata = metadata or {}
+    metadata, lengths = metadata or {}, lengths or {}
     followed = resolve_follows(outputs)
     sources = [SourceState(field, field_name, metadata.get(field_name),
-                           tuple(SourceState(outputs[o][2], outputs[o][1], metadata.get(outputs[o][1]))
-                                 for o, _ in followed.get((index, 0), ())))
+                           tuple(SourceState(outputs[o][2], outputs[o][1], metadata.get(outputs[o][1]),
+                                             lengths=lengths.get(outputs[o][1]))
+                                 for o, _ in followed.get((index, 0), ())), lengths.get(field_name))
                for index, (_, field_name, field, _) in enumerate(outputs)]
     steps = [place_steps(index, name, sources[index], operations, buffers, followed)
              for index, (name, _, _, operations) in enumerate(outputs)]
@@ -221,7 +225,7 @@ def _buffers_for(operation: Operation, kind: StageKind, state: State, current: t
         return None, None  # batch operations return their result; it is not preallocated
     if current[0] is not None and operation.in_place(previous):
         return current
-    buffers.append(BufferSpec(tuple(state.shape), np.dtype(state.dtype)))
+    buffers.append(BufferSpec(tuple(state.shape), np.dtype(state.dtype), operation.pinned_output(previous)))
     if state.layout == "dense":
         return len(buffers) - 1, None
     if state.layout != "padded":

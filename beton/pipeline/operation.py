@@ -107,6 +107,9 @@ class SourceState:
     #: The sources of the pipelines holding the operations this decoder follows (:meth:`Operation.follows`),
     #: in the same order: e.g. the image field whose crop a boxes decoder repeats.
     followed: tuple[SourceState, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    #: Each sample's length (:meth:`beton.fields.Field.lengths`: bytes of a byte string, rows of a ragged
+    #: array) for fields that have one, else None: for a decoder whose output shape is the file's longest sample.
+    lengths: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         return f"stored field {self.field_name!r} ({self.field.describe()})"
@@ -253,6 +256,12 @@ class Operation(abc.ABC):
 
     def in_place(self, previous: State) -> bool:
         """True when the operation writes its output into its input's buffer (no buffer of its own)."""
+        return False
+
+    def pinned_output(self, previous: State | SourceState) -> bool:
+        """True when the output buffer should be page-locked memory, for fast and asynchronous copies to a GPU:
+        the slot pins it where CUDA is available (plain memory elsewhere). False by default; an operation written
+        to FFCV's contract asks for it with a numpy-dtype ``AllocationQuery`` on a CUDA device."""
         return False
 
     def for_source(self, source: SourceState) -> Operation:

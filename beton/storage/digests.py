@@ -43,22 +43,18 @@ class PageDigests:
     """
 
     def __init__(self, paths: Sequence[str], digests: np.ndarray, first_page: np.ndarray, checked: np.ndarray) -> None:
+        """``digests``: ``(pages, DIGEST_SIZE)`` uint8, only read; ``first_page``: where file k's pages start (and
+        the last ends); ``checked``: the pages not to check (a new array: it records the pages checked since)."""
         self._paths, self._digests, self._first_page, self._checked = list(paths), digests, first_page, checked
 
     @classmethod
-    def of(cls, readers: Sequence[Any]) -> PageDigests | None:
-        """The page digests of opened files (Readers, in the order their pages are numbered) that check content
-        (``reader.verify_content``); the pages of the others count as checked. None when none checks content."""
-        if not any(reader.verify_content for reader in readers):
+    def of(cls, reader: Any) -> PageDigests | None:
+        """The page digests of an opened Reader that checks content (``reader.verify_content``), none checked yet;
+        None when it does not check content. (Several files as one: :func:`beton.dataset.union.page_digests`.)"""
+        if not reader.verify_content:
             return None
-        digests = np.zeros((sum(reader.num_pages for reader in readers), fmt.DIGEST_SIZE), np.uint8)
-        checked = np.ones(len(digests), bool)
-        first_page = np.cumsum([0] + [reader.num_pages for reader in readers]).astype(np.int64)
-        for reader, start, end in zip(readers, first_page[:-1], first_page[1:]):
-            if reader.verify_content:
-                digests[start:end] = reader.page_digests  # a copy: the Reader's map is not read after construction
-                checked[start:end] = False
-        return cls([reader.path for reader in readers], digests, first_page, checked)
+        return cls([reader.path], reader.page_digests.copy(),  # a copy: the Reader's map is not read after this
+                   np.array([0, reader.num_pages], np.int64), np.zeros(reader.num_pages, bool))
 
     def unchecked(self, pages: np.ndarray) -> np.ndarray:
         """Those of ``pages`` not checked yet."""

@@ -38,6 +38,7 @@ import re
 import secrets
 import signal
 import stat
+import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -50,6 +51,9 @@ from beton.storage import format as fmt
 from beton.storage.digests import digest
 from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.errors import WriterError, locate
+from beton.storage.remote.fetch import filesystem
+from beton.storage.remote.options import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote.upload import upload_file
 
 _TABLE_ALIGNMENT = 64
 _WRITE_BUFFER = 1 << 20
@@ -175,18 +179,24 @@ class _Record:
 
 
 class FileBuilder:
-    """Owns the temporary file of one write; see the module docstring."""
+    """Owns the temporary file of one write; see the module docstring. ``remote``: how a target at a URL is
+    reached (its ``storage_options`` and retry budget)."""
 
     def __init__(self, spec: EncodeSpec, page_size: int, metadata: bytes | None = None,
-                 field_table: bytes | None = None) -> None:
+                 field_table: bytes | None = None, remote: RemoteOptions | None = None) -> None:
         self._spec = spec
+        self._remote = remote_or_default(remote)
+        self._url = spec.path if is_url(spec.path) else None
+        if self._url is not None:
+            filesystem(self._url, self._remote)  # an unknown scheme or a missing package fails before any encoding
+        local_target = spec.path if self._url is None else staging_path(self._url)
         self._page_size = page_size
         self._metadata = b"{}" if metadata is None else metadata  # the metadata table's bytes
         # The field table's bytes (the writer's, built once; merging copies the shards'), or None: built from spec
         self._field_table = field_table
         self._payload_fields = spec.payload_fields
-        remove_stale_temporaries(spec.path)
-        handle, self._temp_path = create_temporary(spec.path)
+        remove_stale_temporaries(local_target)
+        handle, self._temp_path = create_temporary(local_target)
         self._file = os.fdopen(handle, "wb", buffering=_WRITE_BUFFER)
         self._file.write(bytes(fmt.HEAP_OFFSET))  # the header is written last, over these zeros
         self._heap = HeapPacker(self._file, page_size)
@@ -194,6 +204,7 @@ class FileBuilder:
         self._rows: list[np.ndarray] = []
         self._allocations: list[np.ndarray] = []
         self.num_samples = 0
+        self.file_size: int | None = None  # bytes of the file, once committed
         self._next_position = 0  # of the next chunk: samples written plus samples skipped
 
     def add(self, chunk: EncodedChunk) -> None:
@@ -239,7 +250,8 @@ class FileBuilder:
         self._record = _Record()
 
     def commit(self) -> None:
-        """Write tables and header, flush to disk, and rename onto the target path."""
+        """Write tables and header, flush to disk, and rename onto the target path (or upload to the target URL,
+        then remove the local file)."""
         self._flush_record()
         page_checksums = self._heap.finish()
         tables = {
@@ -263,12 +275,17 @@ class FileBuilder:
             header[name] = (position, len(blob), zlib.crc32(blob), 0)
             self._file.write(blob)
             position += len(blob)
+        self.file_size = position
         self._fill_header(header, len(page_checksums))
         self._file.seek(0)
         self._file.write(header_bytes(header))
         self._file.flush()
-        os.fsync(self._file.fileno())
-        os.replace(self._temp_path, self._spec.path)  # before close, which drops the lock that marks the file live
+        if self._url is not None:
+            upload_file(self._temp_path, self._url, self._remote)
+            os.unlink(self._temp_path)  # before close, which drops the lock that marks the file live
+        else:
+            os.fsync(self._file.fileno())
+            os.replace(self._temp_path, self._spec.path)  # before close, as above
         self._file.close()
 
     def abort(self) -> None:
@@ -343,6 +360,15 @@ def sigterm_cleans_up() -> Iterator[None]:
             signal.signal(signum, action)
         if received:  # also when the cleanup raised something else: the sender asked for the process to end
             signal.raise_signal(received[0])  # the default action: the process ends, killed by that signal
+
+
+def staging_path(url: str) -> str:
+    """Where the file for ``url`` is built before its upload: in the system's temporary directory, named by the
+    URL's last part and a digest of the whole URL (two URLs never share a name; a write to the same URL finds a dead
+    writer's file)."""
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
+    return os.path.join(tempfile.gettempdir(), f"beton-upload-{digest}-{name}")
 
 
 def create_temporary(path: str) -> tuple[int, str]:

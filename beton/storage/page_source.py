@@ -8,7 +8,7 @@ fetched by byte range). :func:`open_page_source` picks the one for a Reader.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -57,16 +57,28 @@ class LocalFile:
     """
 
     def __init__(self, reader: Reader) -> None:
-        self.description = str(reader.path)
-        self.path = reader.path
-        self.fd = os.open(reader.path, os.O_RDONLY)
+        opened = reader.file_map
+        header = bytes(opened[: fmt.HEADER_SIZE])
+        self._open(reader.path, len(opened), lambda found: found == header)
+
+    @classmethod
+    def reopened(cls, path: str, size: int, header_matches: Callable[[bytes], bool]) -> LocalFile:
+        """A file validated earlier and closed since (a shard of a union, opened when an epoch reaches it): it must
+        still be ``size`` bytes, with a header that ``header_matches``."""
+        source = cls.__new__(cls)
+        source._open(path, size, header_matches)
+        return source
+
+    def _open(self, path: str, size: int, header_matches: Callable[[bytes], bool]) -> None:
+        self.description = str(path)
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
         status = os.fstat(self.fd)
         self._identity = (status.st_dev, status.st_ino)
         self.size, self._mtime = status.st_size, status.st_mtime_ns
-        # The path is opened again, so it may name another file than the one the Reader validated: the size
-        # and the header (which holds every table's CRC32) must be those the Reader checked.
-        opened = reader.file_map
-        if self.size != len(opened) or os.pread(self.fd, fmt.HEADER_SIZE, 0) != bytes(opened[: fmt.HEADER_SIZE]):
+        # The path is opened again, so it may name another file than the one that was validated: the size
+        # and the header (which holds every table's CRC32) must be those checked.
+        if self.size != size or not header_matches(os.pread(self.fd, fmt.HEADER_SIZE, 0)):
             self.close()
             raise self._error("the file changed between opening it and starting to read it")
 

@@ -31,7 +31,7 @@ from beton import _json, dtypes
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
-from beton.errors import CorruptDataError, FieldError, FormatError, error_context, locate
+from beton.errors import CorruptDataError, FieldError, FormatError, ShardNotFoundError, error_context, locate
 from beton.storage.digests import NO_DIGESTS, digest
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
@@ -152,6 +152,8 @@ class Reader(TableNames):
     def _open(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         try:
             self._memmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except FileNotFoundError as error:  # a BetonError, as for a missing object at a URL (a shard gone mid-epoch)
+            raise ShardNotFoundError(f"no such file: {error.strerror}") from None
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage
@@ -222,33 +224,19 @@ class Reader(TableNames):
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
         if "digest_table" in tables:
-            self._open_digests(tables)
-        self.verify_content = self._verify_content is not False and self.page_digests is not None
-        if self._verify_content and not self.verify_content:
-            raise FormatError("verify_content=True: " + NO_DIGESTS.format(version=int(self.header["version"])))
+            self.content_digest = self.header.tobytes()[_CONTENT_DIGEST_SLICE]
+            self._table_digests = _digest_table(self.header, tables["digest_table"])
+            self.page_digests = self._table_digests[: self.num_pages]
+        self.verify_content = _checks_content(self._verify_content, self.header, self.page_digests is not None)
         if self.verify_content:
             self.check_table_digests()
         _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
 
-    def _open_digests(self, tables: dict[str, np.ndarray]) -> None:
-        """The digest table, checked against the header's content digest (one hash of a small table: always)."""
-        self.content_digest = self.header.tobytes()[_CONTENT_DIGEST_SLICE]
-        if digest(tables["digest_table"]) != self.content_digest:
-            raise CorruptDataError("the digest table does not match the header's content digest")
-        self._table_digests = _typed_table(tables["digest_table"], np.dtype(np.uint8),
-                                           (self.num_pages + len(fmt.DIGESTED_TABLES), fmt.DIGEST_SIZE), "digest_table")
-        self.page_digests = self._table_digests[: self.num_pages]
-
     def check_table_digests(self) -> None:
         """CorruptDataError naming the first table whose bytes do not have their stored BLAKE2b-256 digest (a file
         with content digests; see :attr:`page_digests`)."""
-        for name, expected in zip(fmt.DIGESTED_TABLES, self._table_digests[self.num_pages :]):
-            ref = self.header[name]
-            offset, size = int(ref["offset"]), int(ref["size"])
-            if digest(self._map[offset : offset + size]) != expected.tobytes():
-                raise CorruptDataError(f"content digest of the {name.replace('_', ' ')} does not match (offset "
-                                       f"{offset}): its bytes are not those the file was written with")
+        _check_table_digests(self._map, self.header, self._table_digests)
 
     def _open_ffcv(self) -> None:
         """A file written by FFCV (format version 2): read-only, no checksums to check."""
@@ -481,6 +469,35 @@ def _read_header(file_map: np.ndarray) -> np.void:
 _CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
                               fmt.HEADER_DTYPE.fields["content_digest"][1] + fmt.DIGEST_SIZE)
 _DIGESTS_START = fmt.HEADER_DTYPE.fields["digest_table"][1]
+
+
+def _digest_table(header: np.void, blob: np.ndarray) -> np.ndarray:
+    """A version-3 file's digest table (``blob``, its CRC32 checked) as a ``(num_pages + len(DIGESTED_TABLES),
+    DIGEST_SIZE)`` uint8 array, checked against the header's content digest (one hash of a small table: opening
+    always checks it). Shared with :mod:`beton.dataset.shard_tables`, which reads shards without a Reader."""
+    if digest(blob) != header.tobytes()[_CONTENT_DIGEST_SLICE]:
+        raise CorruptDataError("the digest table does not match the header's content digest")
+    return _typed_table(blob, np.dtype(np.uint8), (int(header["num_pages"]) + len(fmt.DIGESTED_TABLES),
+                                                    fmt.DIGEST_SIZE), "digest_table")
+
+
+def _checks_content(requested: bool | None, header: np.void, has_digests: bool) -> bool:
+    """Whether a file's content is checked against its digests, for ``verify_content=requested`` (True: required,
+    FormatError for a file without them; None: where it has them; False: not)."""
+    if requested and not has_digests:
+        raise FormatError("verify_content=True: " + NO_DIGESTS.format(version=int(header["version"])))
+    return requested is not False and has_digests
+
+
+def _check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
+    """CorruptDataError naming the first table of :data:`~beton.storage.format.DIGESTED_TABLES` whose bytes in
+    ``file_map`` do not have their digest in ``table_digests`` (a :func:`_digest_table`)."""
+    for name, expected in zip(fmt.DIGESTED_TABLES, table_digests[-len(fmt.DIGESTED_TABLES) :]):
+        ref = header[name]
+        offset, size = int(ref["offset"]), int(ref["size"])
+        if digest(file_map[offset : offset + size]) != expected.tobytes():
+            raise CorruptDataError(f"content digest of the {name.replace('_', ' ')} does not match (offset "
+                                   f"{offset}): its bytes are not those the file was written with")
 
 
 def _table_names(header: np.void) -> tuple[str, ...]:

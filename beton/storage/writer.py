@@ -51,6 +51,7 @@ from beton.storage.encode import (ChunkItem, EncodedChunk, EncodeSpec, SamplePro
                                   encode_chunk, sample_problem, warn_sample)
 from beton.storage.file_builder import STOP_SIGNALS, FileBuilder, field_table_bytes, sigterm_cleans_up, write_error
 from beton.storage.metadata import encode_metadata
+from beton.storage.remote.options import RemoteOptions, remote_or_default
 from beton.storage.worker_lifetime import ParentLink, die_with_parent, parent_link
 from beton.errors import FieldError, WriterError, locate
 from beton.fields.base import Field
@@ -68,13 +69,15 @@ ON_ERROR = ("fail", "skip")
 @dataclasses.dataclass(frozen=True)
 class WriteReport:
     """What one write did: samples written, samples left out (``on_error="skip"``) and what samples reported
-    with :func:`~beton.storage.encode.warn_sample`, each naming the sample's index in the dataset."""
+    with :func:`~beton.storage.encode.warn_sample`, each naming the sample's index in the dataset, and the
+    file's size in bytes."""
 
     path: str
     num_samples: int
     skipped: tuple[SampleProblem, ...]
     warnings: tuple[SampleProblem, ...]
     seconds: float
+    size: int
 
 
 class DatasetWriter:
@@ -82,7 +85,9 @@ class DatasetWriter:
 
     Args:
         path: the file to create; replaced atomically when writing succeeds, untouched when it fails. Its mode
-            is 0666 minus the umask, as ``open()`` gives a new file.
+            is 0666 minus the umask, as ``open()`` gives a new file. A URL (``s3://bucket/train.beton``, anything
+            fsspec writes) is written as a local temporary file and uploaded once complete: nothing is at the URL
+            until then, and a write or upload that fails leaves it as it was (docs/remote.md).
         fields: field name -> :class:`~beton.fields.Field`, in the order of each sample's tuple.
         num_workers: encoding processes; -1 uses every usable core, 0 or 1 encodes in this process.
         page_size: heap page size in bytes, a power of two of at least 256 (default 8 MiB).
@@ -95,6 +100,8 @@ class DatasetWriter:
         on_error: "fail" (default): a sample that cannot be read or encoded fails the write; "skip": it is left
             out, and the report that ``from_indexed_dataset``/``from_iterable`` return lists it (if every sample
             is skipped, the write fails with a WriterError whose ``skipped`` lists them).
+        remote: how a ``path`` that is a URL is reached (:class:`~beton.storage.remote.RemoteOptions`: its
+            ``storage_options`` and ``retries`` for the upload); a local path ignores it.
     """
 
     def __init__(
@@ -109,8 +116,10 @@ class DatasetWriter:
         start_method: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_error: str = "fail",
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.remote = remote_or_default(remote)
         _check_fields(fields)
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -207,7 +216,8 @@ class DatasetWriter:
         warned: list[SampleProblem] = []
         with sigterm_cleans_up():
             try:
-                builder = FileBuilder(spec, self.page_size, self._metadata, field_table=self._field_table)
+                builder = FileBuilder(spec, self.page_size, self._metadata, field_table=self._field_table,
+                                      remote=self.remote)
             except OSError as error:
                 raise write_error(self.path, error) from error
             encoded = self._encoded_chunks(chunks, dataset, spec)
@@ -233,7 +243,8 @@ class DatasetWriter:
             finally:
                 encoded.close()  # stops and joins the worker processes now, also when an error is propagating
                 bar.close()
-        return WriteReport(self.path, builder.num_samples, tuple(skipped), tuple(warned), time.perf_counter() - start)
+        return WriteReport(self.path, builder.num_samples, tuple(skipped), tuple(warned), time.perf_counter() - start,
+                           builder.file_size)
 
     def _encoded_chunks(self, chunks: Iterator[list[ChunkItem]], dataset: Any,
                         spec: EncodeSpec) -> Iterator[EncodedChunk]:

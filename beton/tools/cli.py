@@ -1,7 +1,7 @@
 """The ``beton`` command.
 
-    beton info FILE                      fields with arguments, sizes, image size histogram, metadata
-    beton verify FILE                    every checksum; exit 1 naming the first bad page and sample
+    beton info FILE...                   fields with arguments, sizes, image size histogram, metadata
+    beton verify FILE...                 every checksum; exit 1 naming the first bad page and sample
     beton index OUT.json SHARD...        a manifest of shards written apart (files, URLs, globs)
     beton merge OUT.beton SHARD...       shards (or a manifest) combined into one file
     beton show FILE [-o GRID.png]        a PNG grid of samples, captioned with class names
@@ -13,9 +13,13 @@
     beton tune IN [-o OUT]               store some images raw so decoding and reading balance here
     beton bench [--quick]                the side-by-side benchmark suite
 
-``info``, ``verify``, ``index`` and ``merge`` read URLs; their flags ``--storage-options JSON``, ``--cache-dir DIR``,
-``--cache-limit SIZE``, ``--max-in-flight N``, ... (one per field of :class:`~beton.RemoteOptions`) build the one
-``RemoteOptions`` the command passes as ``remote=``.
+``info``, ``verify``, ``index`` and ``merge`` read URLs, and ``merge``, ``index`` and ``convert`` write them; their
+flags ``--storage-options JSON``, ``--cache-dir DIR``, ``--cache-limit SIZE``, ``--max-in-flight N``, ... (one per
+field of :class:`~beton.RemoteOptions`) build the one ``RemoteOptions`` the command passes as ``remote=``.
+
+``info`` and ``verify`` take one file, or a dataset of several: a glob, a manifest file, several of these (as
+``Loader`` does); then every shard is opened and checked against the manifest, and they print one line per shard
+and the totals (``verify`` goes on past a bad shard and exits 1 naming each).
 
 Exit codes: 0 success (for ``convert``: the file was written; sources left out by ``--on-error skip`` are
 listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments.
@@ -36,15 +40,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from beton._version import __version__
+from beton.dataset.manifest import Manifest
+from beton.dataset.shards import dataset_manifest, names_one_file
 from beton.errors import BetonError
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
 from beton.storage.remote.options import REDIRECT_POLICIES
-from beton.storage.verify import verify
+from beton.storage.verify import VerifyReport, verify, verify_reader
 from beton.tools.convert.commands import (add_convert_parser, byte_size, json_object, page_size_argument,
                                          positive_argument)
 
-__all__ = ["main", "describe", "build_parser"]
+__all__ = ["main", "describe", "describe_dataset", "build_parser"]
 
 
 def describe(reader: Reader) -> str:
@@ -73,6 +79,31 @@ def describe(reader: Reader) -> str:
         if reader.num_samples:
             lines += [f"      {line}" for line in reader.fields[name].summary(reader.data_table[name])]
     lines += _metadata_lines(reader.metadata)
+    return "\n".join(printable(line) for line in lines)
+
+
+def describe_dataset(manifest: Manifest) -> str:
+    """A summary of a dataset of several files: its fields, totals, and one line per shard (each opened and checked
+    against the manifest, so a missing or changed shard is named)."""
+    shard_lines, size, pages, metadata = [], 0, 0, {}
+    for number, shard in enumerate(manifest.shards):
+        with manifest.open_shard(number) as reader:
+            size += len(reader.file_map)
+            pages += reader.num_pages
+            metadata = reader.metadata if number == 0 else metadata
+            shard_lines.append(f"  {number}: {shard.location}: {shard.num_samples} samples, "
+                               f"{_bytes(len(reader.file_map))}, {reader.num_pages} pages")
+    lines = [
+        f"dataset:     {manifest.source or 'several files'}",
+        f"shards:      {len(manifest.shards)}",
+        f"samples:     {manifest.num_samples}",
+        f"size:        {_bytes(size)} ({size} bytes), {pages} pages",
+        f"fields:      {len(manifest.fields)}",
+        *[f"  {spec.name!r}: {spec.type_name} {spec.arguments_json}" for spec in manifest.fields],
+        *_metadata_lines(metadata),
+        "shard list:",
+        *shard_lines,
+    ]
     return "\n".join(printable(line) for line in lines)
 
 
@@ -112,22 +143,55 @@ def _bytes(count: int) -> str:
 
 
 def _info(arguments: argparse.Namespace) -> int:
-    with Reader(arguments.file, remote=arguments.remote) as reader:
-        print(describe(reader))
+    if _names_one_file(arguments.files):
+        with Reader(arguments.files[0], remote=arguments.remote) as reader:
+            print(describe(reader))
+    else:
+        print(describe_dataset(_dataset(arguments)))
     return 0
 
 
 def _verify(arguments: argparse.Namespace) -> int:
-    report = verify(arguments.file, remote=arguments.remote)
-    if not report.checksummed:
-        print(f"OK (structure only: the file has no checksums): {report.path}: {report.num_samples} samples")
+    if _names_one_file(arguments.files):
+        report = verify(arguments.files[0], remote=arguments.remote)
+        if not report.checksummed:
+            print(f"OK (structure only: the file has no checksums): {report.path}: {report.num_samples} samples")
+            return 0
+        print(f"OK: {_checked(report)}")
         return 0
+    manifest = _dataset(arguments)
+    failed, samples, pages, checked = [], 0, 0, 0
+    for number, shard in enumerate(manifest.shards):
+        try:
+            with manifest.open_shard(number) as reader:
+                report = verify_reader(reader)
+        except (BetonError, OSError) as error:  # each bad shard is named; the others are still checked
+            failed.append(number)
+            print(printable(f"FAILED: shard {number}: {' '.join(str(error).split())}"))
+            continue
+        samples, pages, checked = samples + report.num_samples, pages + report.num_pages, checked + report.bytes_checked
+        print(printable(f"OK: shard {number}: {_checked(report)}"))
+    if failed:
+        raise BetonError(f"{len(failed)} of {len(manifest.shards)} shards failed (shard "
+                         f"{', '.join(map(str, failed))})")
+    print(f"OK: {len(manifest.shards)} shards, {samples} samples, {pages} pages, {checked} bytes checked")
+    return 0
+
+
+def _checked(report: VerifyReport) -> str:
     content = ("CRC32s and BLAKE2b-256 content digests" if report.content_digests else
                "CRC32s only: no content digests (a file written before format version 3), so a deliberate edit "
                "that keeps the CRC32s would pass")
-    print(f"OK: {report.path}: {report.num_samples} samples, {report.num_pages} pages, "
-          f"{report.bytes_checked} bytes checked ({content})")
-    return 0
+    return (f"{report.path}: {report.num_samples} samples, {report.num_pages} pages, {report.bytes_checked} bytes "
+            f"checked ({content})")
+
+
+def _names_one_file(files: list[str]) -> bool:
+    return len(files) == 1 and names_one_file(files[0])
+
+
+def _dataset(arguments: argparse.Namespace) -> Manifest:
+    return dataset_manifest(arguments.files, remote=arguments.remote, allow_outside=arguments.allow_outside)
 
 
 def _index(arguments: argparse.Namespace) -> int:
@@ -308,8 +372,8 @@ def _add_allow_outside(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_remote_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("files at URLs", "how URLs are read (docs/remote.md); local paths ignore "
-                                                       "these")
+    group = parser.add_argument_group("files at URLs", "how URLs are read and written (docs/remote.md); local "
+                                                       "paths ignore these")
     for name, (kind, metavar, text) in _REMOTE_FLAGS.items():
         group.add_argument("--" + name.replace("_", "-"), dest=f"remote_{name}", type=kind, default=None,
                            metavar=metavar, help=text)
@@ -330,14 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"beton {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    info = commands.add_parser("info", help="describe a file: samples, pages, fields and their arguments")
-    info.add_argument("file", help="the .beton (or FFCV) file, a path or URL")
-    _add_remote_flags(info)
-    info.set_defaults(run=_info)
+    info = commands.add_parser("info", help="describe a file or dataset: samples, pages, fields and their arguments")
     check = commands.add_parser("verify", help="check every checksum; exit 1 naming the first bad page/sample")
-    check.add_argument("file", help="the .beton (or FFCV) file, a path or URL")
-    _add_remote_flags(check)
-    check.set_defaults(run=_verify)
+    for command, run in ((info, _info), (check, _verify)):
+        command.add_argument("files", nargs="+", metavar="FILE",
+                             help="a .beton (or FFCV) file, a path or URL; or a dataset: globs, manifest files, "
+                                  "several files (each shard is described or checked, then the totals)")
+        _add_allow_outside(command)
+        _add_remote_flags(command)
+        command.set_defaults(run=run)
 
     indexing = commands.add_parser("index", help="write a manifest of shards written apart",
                                    description="List shards (beton files written apart, e.g. with "
@@ -354,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     merging = commands.add_parser("merge", help="combine shards (or a manifest's) into one file",
                                   description="Copy the shards' samples, in order, into one beton file (payloads "
                                               "copied, not encoded again; pages laid out anew).")
-    merging.add_argument("output", metavar="OUT.beton", help="the file to write (local)")
+    merging.add_argument("output", metavar="OUT.beton", help="the file to write, a path or URL (uploaded once complete)")
     merging.add_argument("shards", nargs="+", metavar="SHARD",
                          help="shards in order: paths, URLs, globs (sorted by name) or manifests")
     merging.add_argument("--page-size", type=page_size_argument, default=None, metavar="BYTES",
@@ -368,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_remote_flags(merging)
     merging.set_defaults(run=_merge)
 
-    add_convert_parser(commands, escape=printable)
+    add_convert_parser(commands, escape=printable, add_remote_flags=_add_remote_flags)
 
     show = commands.add_parser("show", help="write a PNG grid of samples, captioned with their labels",
                                description="Look at a file's images before training: as stored, or through the "

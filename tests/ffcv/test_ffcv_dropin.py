@@ -4,13 +4,18 @@ values."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 
 import beton
+from beton.decoders import NDArrayDecoder
 from beton.errors import FieldError
 from beton.fields import FloatField, IntField, NDArrayField
 from beton.loader import Loader
+from beton.pipeline.operation import AllocationQuery, Operation
+from beton.pipeline.state import State
 
 from conftest import write
 from ffcv_style_fields import OffsetIntField
@@ -80,3 +85,39 @@ def test_filter_gives_scalar_values_with_ffcvs_shape(files, condition):
             assert sorted(int(label) for batch in high for label in batch[1]) == list(range(18, NUM_SAMPLES))
         with loader.filter("mask", lambda mask: mask.shape == (2, 3) and mask[0, 0] % 2 == 1) as odd:
             assert sorted(int(label) for batch in odd for label in batch[1]) == list(range(1, NUM_SAMPLES, 2))
+
+
+
+class Times(Operation):
+    """An FFCV-style operation with an attribute a program may change between epochs."""
+
+    def __init__(self, factor: int) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def generate_code(self) -> Callable:
+        factor = self.factor
+
+        def times(masks, dst):
+            dst[:] = masks * factor
+            return dst
+
+        return times
+
+    def declare_state_and_memory(self, previous_state: State):
+        return previous_state, AllocationQuery(previous_state.shape, previous_state.dtype)
+
+
+def test_the_generated_code_is_reused_across_epochs_until_an_operation_changes(files):
+    """FFCV's tests compare ``loader.code`` between epochs; beton's is the compiled plan."""
+    times = Times(2)
+    with Loader(files[0], batch_size=4, num_workers=1, custom_fields={"number": OffsetIntField},
+                pipelines={"mask": [NDArrayDecoder(), times], "number": None, "score": None}) as loader:
+        code = loader.code
+        assert code is loader.plan and "Times() (FFCV contract)" in loader.explain()
+        next(iter(loader))
+        masks, labels = next(iter(loader))
+        assert loader.code is code and masks[:, 0, 0].tolist() == (2 * labels).tolist()
+        times.factor = 3  # changed between epochs: the next one plans again
+        masks, labels = next(iter(loader))
+        assert loader.code is not code and masks[:, 0, 0].tolist() == (3 * labels).tolist()

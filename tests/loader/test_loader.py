@@ -317,7 +317,7 @@ def test_bytes_and_json_decoders_keep_exact_lengths(tmp_path):
     path = write(tmp_path / "bj.beton", fields, samples, page_size=256)
     for os_cache in (True, False):
         with Loader(path, batch_size=3, num_workers=2, os_cache=os_cache,
-                    pipelines={"b": [BytesDecoder()], "j": [JSONDecoder()]}) as loader:
+                    pipelines={"b": [BytesDecoder(exact=True)], "j": [JSONDecoder()]}) as loader:
             got = [pair for b, j in loader for pair in zip(b, j)]
         assert got == samples
 
@@ -453,14 +453,15 @@ def test_a_numpy_integer_batch_size_works(image_file):
         assert [len(labels) for _, labels in loader] == [50, 50, 50, 50, 3]
 
 
-def test_the_constructor_takes_at_most_thirteen_options_beyond_ffcvs_names():
+def test_the_constructor_takes_at_most_fourteen_options_beyond_ffcvs_names():
     import inspect
 
     parameters = inspect.signature(Loader).parameters
     own = [name for name, p in parameters.items() if name not in FFCV_NAMES and p.kind is not p.VAR_KEYWORD]
     # 13 since remote= joined them: how URLs are read left the memory strategy (ProcessCache(remote=...)), which
-    # is only about memory, for the one RemoteOptions every entry point takes (docs/remote.md)
-    assert len(own) <= 13, own
+    # is only about memory, for the one RemoteOptions every entry point takes (docs/remote.md); 14 since
+    # verify_content= joined: whether reads check content digests, as Reader(verify_content=...) (docs/format.md)
+    assert len(own) <= 14, own
     assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())  # a misspelt option is a TypeError
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -23,6 +21,7 @@ from beton.order.balanced import batch_composition
 from beton.transforms import ToTensor
 from beton.tools.tune import HostProfile, plan_mix, tune, write_balanced
 
+from cli_runs import run_cli
 from conftest import write
 
 JPEGS = make_jpegs(150, 48)
@@ -134,9 +133,7 @@ def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path
     assert measured.decode_seconds_per_pixel + measured.decode_seconds_per_byte > 0
     assert measured.read_bytes_per_second == 5e6 and measured.pipeline_seconds_per_image > 0
     output = tmp_path / "cli.beton"
-    done = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "-o", str(output),
-                           "--batch-size", "16", "--read-bandwidth", "5", "--num-workers", "0"],
-                          capture_output=True, text=True)
+    done = run_cli("tune", jpeg_file, "-o", output, "--batch-size", "16", "--read-bandwidth", "5", "--num-workers", "0")
     assert done.returncode == 0, done.stderr
     assert "images raw" in done.stdout and "OrderOption.BALANCED" in done.stdout
     with beton.Reader(output) as reader:
@@ -209,24 +206,21 @@ def test_plans_state_the_file_size_and_keep_a_size_bound(jpeg_file, tmp_path):
 
 
 def test_tune_says_when_the_file_grows_and_max_size_bounds_it(jpeg_file, tmp_path):
-    grown = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "--batch-size", "16",
-                            "--read-bandwidth", "1000000"], capture_output=True, text=True)
+    grown = run_cli("tune", jpeg_file, "--batch-size", "16", "--read-bandwidth", "1000000")
     assert grown.returncode == 0, grown.stderr
     assert "file size: " in grown.stdout and "note: the balanced file is" in grown.stdout
     output = tmp_path / "bounded.beton"
-    bounded = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "-o", str(output),
-                              "--batch-size", "16", "--read-bandwidth", "1000000", "--max-size", "2x",
-                              "--num-workers", "0"], capture_output=True, text=True)
+    bounded = run_cli("tune", jpeg_file, "-o", output, "--batch-size", "16", "--read-bandwidth", "1000000",
+                      "--max-size", "2x", "--num-workers", "0")
     assert bounded.returncode == 0, bounded.stderr
     assert "note:" not in bounded.stdout and output.stat().st_size <= 2 * jpeg_file.stat().st_size
-    bad = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(jpeg_file), "--max-size", "0.5x"],
-                         capture_output=True, text=True)
+    bad = run_cli("tune", jpeg_file, "--max-size", "0.5x")
     assert bad.returncode == 2 and "at least 1x" in bad.stderr
 
 
 def test_tune_says_plainly_when_there_is_no_image_field(tmp_path):
     path = write(tmp_path / "labels.beton", {"label": IntField()}, [(i,) for i in range(4)])
-    done = subprocess.run([sys.executable, "-m", "beton.tools.cli", "tune", str(path)], capture_output=True, text=True)
+    done = run_cli("tune", path)
     assert done.returncode == 1
     assert "has no image field to tune" in done.stderr and "'label' (IntField)" in done.stderr
     assert "image fields: []" not in done.stderr

@@ -14,9 +14,11 @@ from beton.order.quasi_random import expected_uniform_pages
 PAGES = np.repeat(np.arange(40), 25)  # 1,000 samples, 25 per page
 CONTEXT = OrderContext(PAGES, batch_size=50)
 ALL_ORDERS = [SequentialOrder(), RandomOrder(), QuasiRandomOrder(), QuasiRandomOrder(window_pages=3)]
+# Test ids that are the same in every process (pytest-xdist's workers must collect the same names).
+ORDER_IDS = ["sequential", "random", "quasi_random", "quasi_random_3_pages"]
 
 
-@pytest.mark.parametrize("order", ALL_ORDERS, ids=repr)
+@pytest.mark.parametrize("order", ALL_ORDERS, ids=ORDER_IDS)
 @pytest.mark.parametrize("seed", [0, 1, 12345])
 @pytest.mark.parametrize("epoch", [0, 1, 7])
 def test_every_index_once_and_deterministic(order, seed, epoch):
@@ -26,7 +28,7 @@ def test_every_index_once_and_deterministic(order, seed, epoch):
     assert np.array_equal(permutation, order.permutation(indices, seed, epoch, CONTEXT))
 
 
-@pytest.mark.parametrize("order", ALL_ORDERS[1:], ids=repr)
+@pytest.mark.parametrize("order", ALL_ORDERS[1:], ids=ORDER_IDS[1:])
 def test_random_orders_change_with_seed_and_epoch(order):
     indices = np.arange(1000)
     base = order.permutation(indices, 0, 0, CONTEXT)

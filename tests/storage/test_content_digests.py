@@ -1,13 +1,12 @@
 """Content digests (format version 3): a sample forged so that every CRC32 still matches is caught by `verify`, by
-reads with ``verify_content=True`` and by a manifest file's reads; files without digests say so."""
+reads with ``verify_content=True`` and by a manifest file's reads, of one file or of a dataset of several (whose
+shards are read without Readers); files without digests say so."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 import zlib
 
 import numpy as np
@@ -16,12 +15,13 @@ import pytest
 import beton
 from beton import Loader
 from beton.memory import OSCache, ProcessCache
-from beton.dataset import index
+from beton.dataset import ShardedDataset, dataset_manifest, index, shard_tables
 from beton.errors import CorruptDataError, FormatError, ShardError
 from beton.fields import IntField, NDArrayField
 from beton.storage import format as fmt
 from beton.storage.file_builder import header_bytes
 
+from cli_runs import run_cli
 from conftest import DATA, write
 from forgery import forge_keeping_crc32
 
@@ -153,9 +153,8 @@ def test_files_without_digests_say_so(tmp_path):
         with pytest.raises(FormatError, match=r"verify_content=True: the file has no content digests \(format "
                                               r"version 1"):
             refuse()
-    shown = subprocess.run([sys.executable, "-m", "beton", "verify", str(VERSION1_FILE)], capture_output=True,
-                           text=True, check=True).stdout
-    assert "no content digests" in shown
+    shown = run_cli("verify", VERSION1_FILE)
+    assert shown.returncode == 0 and "no content digests" in shown.stdout
 
 
 def test_every_file_written_now_has_digests(written, tmp_path):
@@ -165,3 +164,94 @@ def test_every_file_written_now_has_digests(written, tmp_path):
     manifest = tmp_path / "train.json"
     index(manifest, [written])
     assert json.loads(manifest.read_text())["shards"][0]["num_samples"] == 20
+
+
+# ---- several files as one: each shard's digests are read with its tables, without a Reader ----------------------
+
+@pytest.fixture(params=["read-whole", "one-by-one"])
+def shard_reading(request, monkeypatch):
+    """Small shards are read whole and checked together; larger ones one by one: both must keep the digests."""
+    if request.param == "one-by-one":
+        monkeypatch.setattr(shard_tables, "SMALL_SHARD_BYTES", 0)
+
+
+def three_shards(directory):
+    return [write(directory / f"part-{k}.beton", FIELDS, [sample(20 * k + i) for i in range(20)], page_size=256)
+            for k in range(3)]
+
+
+@pytest.mark.parametrize("memory", [OSCache(), ProcessCache()], ids=["os-cache", "process-cache"])
+def test_verify_content_over_several_files_refuses_a_forged_shard(tmp_path, shard_reading, memory):
+    shards = three_shards(tmp_path)
+    with Loader(shards, batch_size=4, num_workers=1, memory=memory, verify_content=True) as loader:
+        assert loader.reader.verify_content and loader.reader.content_checked.all()
+        labels = sorted(int(label) for labels, _ in loader for label in labels)
+    assert labels == list(range(60))
+    forged = forged_copy(shards[1], tmp_path)
+    with Loader([shards[0], forged, shards[2]], batch_size=4, num_workers=1, memory=memory) as loader:
+        assert len(list(loader)) == 15  # no content checks asked for: the forgery keeps every CRC32
+    with Loader([shards[0], forged, shards[2]], batch_size=4, num_workers=1, memory=memory,
+                verify_content=True) as loader:
+        with pytest.raises(CorruptDataError, match="content digest of heap page 0") as caught:
+            list(loader)
+    assert caught.value.path == str(forged) and caught.value.page == 0
+
+
+def test_a_manifest_file_of_several_shards_checks_each_shards_content(tmp_path, shard_reading):
+    shards = three_shards(tmp_path)
+    manifest = tmp_path / "train.json"
+    index(manifest, shards)
+    with Loader(manifest, batch_size=4, num_workers=1) as loader:
+        assert loader.reader.content_checked.all()
+        assert len(list(loader)) == 15
+    shutil.copyfile(forged_copy(shards[2], tmp_path), shards[2])  # same header: the manifest's hash still matches
+    with Loader(manifest, batch_size=4, num_workers=1) as loader:
+        with pytest.raises(CorruptDataError, match="content digest of heap page 0") as caught:
+            list(loader)
+    assert caught.value.path == str(shards[2])
+
+
+def test_verify_content_over_several_files_checks_every_shards_tables_on_open(tmp_path, shard_reading):
+    shards = three_shards(tmp_path)
+    with beton.Reader(shards[1]) as reader:
+        ref = reader.header["data_table"]
+        start, size = int(ref["offset"]), int(ref["size"])
+        record = reader.data_table.dtype.itemsize
+    data = bytearray(shards[1].read_bytes())
+    forge_keeping_crc32(data, start, start + size, {start: (7).to_bytes(8, "little")}, start + 5 * record)
+    shards[1].write_bytes(bytes(data))
+    with ShardedDataset(dataset_manifest(shards)) as dataset:
+        assert dataset[20][0] == 7 and not dataset.verify_content
+    with pytest.raises(CorruptDataError, match="content digest of the data table does not match") as caught:
+        ShardedDataset(dataset_manifest(shards), verify_content=True)
+    assert caught.value.path == str(shards[1])
+
+
+def as_version1(path, directory):
+    """A copy of a version-3 file written as version 1 (no metadata or digest table): what beton wrote before."""
+    data = bytearray(path.read_bytes())
+    header = np.frombuffer(bytes(data[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()
+    end = int(header["page_checksums"]["offset"][0] + header["page_checksums"]["size"][0])
+    header["version"] = fmt.FORMAT_VERSION
+    for name in ("metadata", "digest_table", "content_digest"):
+        header[name] = np.zeros((), header.dtype[name])
+    copy = directory / f"v1-{path.name}"
+    copy.write_bytes(header_bytes(header) + bytes(data[fmt.HEADER_SIZE : end]))
+    return copy
+
+
+def test_verify_content_over_several_files_refuses_a_shard_without_digests(tmp_path, shard_reading):
+    shards = three_shards(tmp_path)
+    old = as_version1(shards[2], tmp_path)
+    with beton.Reader(old) as reader:
+        assert reader.format == "beton v1" and reader[0][0] == 40
+    with ShardedDataset(dataset_manifest([shards[0], old])) as dataset:
+        assert not dataset.content_checked[1]
+    with pytest.raises(FormatError, match=r"verify_content=True: the file has no content digests") as caught:
+        ShardedDataset(dataset_manifest([shards[0], old]), verify_content=True)
+    assert caught.value.path == str(old)
+    manifest = tmp_path / "mixed.json"
+    index(manifest, [shards[0], old])
+    with Loader(manifest, batch_size=4, num_workers=1) as loader:  # checked where it carries digests
+        assert loader.reader.content_checked.tolist() == [True, False]
+        assert len(list(loader)) == 10

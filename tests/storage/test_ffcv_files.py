@@ -78,7 +78,7 @@ def test_reader_gives_back_what_ffcv_wrote(ffcv_files, mode):
 @pytest.mark.parametrize("os_cache", [True, False])
 def test_loader_runs_the_same_pipelines_on_ffcv_files(ffcv_files, mode, os_cache):
     pipelines = {"label": [IntDecoder(), ToTensor()], "score": [FloatDecoder(), ToTensor()],
-                 "arr": [NDArrayDecoder(), ToTensor()], "blob": [BytesDecoder()], "meta": [JSONDecoder()],
+                 "arr": [NDArrayDecoder(), ToTensor()], "blob": [BytesDecoder(exact=True)], "meta": [JSONDecoder()],
                  "image": [CenterCropRGBImageDecoder((16, 16), ratio=1.0), ToTensor()]}
     with Loader(ffcv_files[mode], batch_size=7, num_workers=2, os_cache=os_cache,
                 order=OrderOption.RANDOM, seed=1, pipelines=pipelines) as loader:

@@ -337,7 +337,7 @@ def test_a_second_epoch_reads_the_disk_cache_and_nothing_from_the_server(served,
 
 
 def test_the_cache_keeps_within_its_limit_and_drops_the_least_recently_used(tmp_path):
-    cache = DiskPageCache(tmp_path, limit=3000, key_parts=("url", 1))
+    cache = DiskPageCache(tmp_path, limit=3000, url="url", version=(1,))
     for page in range(3):
         cache.put(page, bytes([page]) * 1000)
     assert cache.get(0, 1000) == bytes([0]) * 1000  # now the most recently used
@@ -345,7 +345,7 @@ def test_the_cache_keeps_within_its_limit_and_drops_the_least_recently_used(tmp_
     assert [cache.contains(page) for page in range(4)] == [True, False, True, True]
     cache.put(4, b"x" * 5000)  # larger than the limit: not kept
     assert not cache.contains(4)
-    other = DiskPageCache(tmp_path, limit=3000, key_parts=("another url", 1))  # one limit for the whole directory
+    other = DiskPageCache(tmp_path, limit=3000, url="another url", version=(1,))  # one limit for the whole directory
     other.put(0, b"y" * 2500)
     held = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(cache.root)
                for name in names if not name.startswith(".") and root != cache.root)

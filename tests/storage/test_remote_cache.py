@@ -216,7 +216,10 @@ def test_pages_live_in_a_directory_of_this_user_with_mode_0700(served, tmp_path)
     status = os.lstat(own_root(tmp_path))
     assert stat.S_ISDIR(status.st_mode) and stat.S_IMODE(status.st_mode) == 0o700
     assert status.st_uid == os.geteuid()
-    (key,) = [name for name in os.listdir(own_root(tmp_path)) if name not in ("lock", "usage")]
+    entries = os.listdir(own_root(tmp_path))
+    (key,) = [name for name in entries if name not in ("lock", "usage") and not name.endswith(".version")]
+    (marker,) = [name for name in entries if name.endswith(".version")]  # which version of the URL is cached
+    assert stat.S_IMODE(os.lstat(os.path.join(own_root(tmp_path), marker)).st_mode) == 0o600
     pages = os.path.join(own_root(tmp_path), key)
     assert stat.S_IMODE(os.lstat(pages).st_mode) == 0o700
     assert {stat.S_IMODE(os.lstat(os.path.join(pages, name)).st_mode) for name in os.listdir(pages)} == {0o600}

@@ -18,7 +18,7 @@ from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
 import beton  # noqa: E402
 from beton import Loader, Reader, RemoteOptions  # noqa: E402
 from beton.memory import ProcessCache  # noqa: E402
-from beton.dataset import dataset_manifest, index, merge, read_manifest  # noqa: E402
+from beton.dataset import ShardedDataset, dataset_manifest, index, merge, read_manifest  # noqa: E402
 from beton.storage.reader import read_head  # noqa: E402
 from beton.tools.cli import main as cli  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402
@@ -114,9 +114,14 @@ def test_the_loader_passes_remote_to_the_file_system(guarded, source):
     urls, manifest, _ = guarded
     path = {"one file": urls[0], "a list": urls, "a manifest": manifest}[source]
     with Loader(path, batch_size=16, num_workers=1, pipelines=PIPELINES, remote=OPTIONS) as loader:
-        readers = getattr(loader.reader, "readers", [loader.reader])
-        # several remote files share one read-ahead budget: the rest of the options arrive as given
-        assert all(reader.remote.options.storage_options is OPTIONS.storage_options for reader in readers)
+        dataset = loader.reader
+        if isinstance(dataset, ShardedDataset):  # shards are opened as needed, with the options it holds
+            for number in range(len(dataset.manifest.shards)):
+                with dataset.open_shard(number) as reader:
+                    # several remote files share one read-ahead budget: the rest of the options arrive as given
+                    assert reader.remote.options.storage_options is OPTIONS.storage_options
+        else:
+            assert dataset.remote.options is OPTIONS
         expected = list(range(COUNTS[0] if source == "one file" else sum(COUNTS)))
         assert labels(loader) == expected and labels(loader) == expected  # a second epoch checks identities
 

@@ -1,8 +1,12 @@
-"""The benchmark suite's decode limits: beton's own crop decoder, alone; errors are not swallowed."""
+"""The benchmark suite: its decode limits (beton's own crop decoder, alone; errors are not swallowed) and its optional
+peers (Mosaic Streaming, LitData: skipped with their reason when missing, the same images when present)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+import torch
 
 from beton.errors import DecodeError
 from beton.tools.bench import contenders as c
@@ -30,3 +34,44 @@ def test_a_limit_that_cannot_decode_an_image_raises_instead_of_reporting_a_rate(
     limit = c.DecodeLimit(jpegs, c.ImageTask("center", 224, 8), "whole")
     with pytest.raises(DecodeError):
         epoch_rate(limit)
+
+
+# ---- peers: Mosaic Streaming and LitData (optional; CI does not install them) -----------------------------
+
+PEERS = {"Mosaic Streaming": ("streaming", "mosaic_images"), "LitData": ("litdata", "litdata_images")}
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_a_peer_that_is_not_installed_is_skipped_with_its_reason(name, tmp_path, monkeypatch):
+    from beton.tools.bench import peers
+    from beton.tools.bench.suite import measure_contenders
+
+    module, builder = PEERS[name]
+    monkeypatch.setitem(sys.modules, module, None)  # what `import` meets when the package is missing
+    build = getattr(peers, builder)
+    result = measure_contenders({name: lambda: build(make_jpegs(2, 256), c.ImageTask("rrc", 160, 2),
+                                                     str(tmp_path / "files"))}, repeats=1)
+    assert name in result["skipped"] and "not importable" in result["skipped"][name]
+    assert module in result["skipped"][name]
+    assert result["images_per_s"] == result["conversion_seconds"] == {}
+    assert not (tmp_path / "files").exists()  # nothing converted for a contender that cannot run
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_a_peer_delivers_every_image_cropped_like_the_torch_contender(name, tmp_path):
+    from beton.tools.bench import peers
+
+    module, builder = PEERS[name]
+    pytest.importorskip(module, reason=f"{name} is not installed (an optional benchmark contender)")
+    jpegs, task = make_jpegs(10, 256), c.ImageTask("center", 224, 4)
+    built = getattr(peers, builder)(jpegs, task, str(tmp_path / "files"))
+    assert isinstance(built, c.Converted) and built.seconds > 0
+    reference = c.TorchImages(jpegs, task, "simplejpeg")
+    for _ in range(2):  # two epochs: each delivers every image once, its pixels those of the torch contender
+        seen = []
+        for images, labels in built.loader:
+            assert images.dtype == torch.uint8 and images.shape[1:] == (3, 224, 224)
+            for image, label in zip(images, labels.tolist()):
+                assert torch.equal(image, reference.from_bytes(jpegs[label]))
+                seen.append(label)
+        assert sorted(seen) == list(range(len(jpegs)))

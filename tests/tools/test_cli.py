@@ -1,4 +1,6 @@
-"""The `beton` command, run as a user runs it: in a subprocess."""
+"""The `beton` command: what each command prints and returns, run in this process (tests/cli_runs.py); what only a
+separate process shows (``python -m beton``, the one-line error message, a kill mid-write) in a subprocess, as users
+run it."""
 
 from __future__ import annotations
 
@@ -10,17 +12,19 @@ import sys
 import numpy as np
 import pytest
 
+from cli_runs import run_cli
 from conftest import mixed_sample
 from processes import alive, wait_for
 
 
 def run(*arguments):
+    """``beton ARGUMENTS`` in a subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
                           text=True, timeout=120)
 
 
 def test_info_describes_fields_and_arguments(mixed_file):
-    result = run("info", mixed_file)
+    result = run_cli("info", mixed_file)
     assert result.returncode == 0, result.stderr
     assert "samples:     60" in result.stdout
     assert f"({mixed_file.stat().st_size} bytes)" in result.stdout
@@ -34,23 +38,23 @@ def test_info_describes_fields_and_arguments(mixed_file):
 
 
 def test_verify_ok_and_corrupt(mixed_file, tmp_path):
-    assert run("verify", mixed_file).returncode == 0
+    assert run_cli("verify", mixed_file).returncode == 0
     data = bytearray(mixed_file.read_bytes())
     data[5000] ^= 1
     bad = tmp_path / "bad.beton"
     bad.write_bytes(bytes(data))
-    result = run("verify", bad)
+    result = run_cli("verify", bad)
     assert result.returncode == 1
     assert "page 0" in result.stderr and "samples 0..11 (12 samples)" in result.stderr
 
 
 def test_bad_input(tmp_path):
-    assert run("info", tmp_path / "missing.beton").returncode == 1
-    assert run("frobnicate").returncode == 2
-    assert run().returncode == 2
+    assert run_cli("info", tmp_path / "missing.beton").returncode == 1
+    assert run_cli("frobnicate").returncode == 2
+    assert run_cli().returncode == 2
     not_beton = tmp_path / "x.txt"
     not_beton.write_text("hello" * 1000)
-    result = run("info", not_beton)
+    result = run_cli("info", not_beton)
     assert result.returncode == 1 and "not a beton file" in result.stderr
 
 
@@ -70,10 +74,10 @@ def test_every_remote_setting_has_a_flag_on_every_command_that_reads_urls(capsys
 
 
 def test_remote_flags_that_remote_options_refuses_are_bad_arguments(mixed_file):
-    result = run("verify", mixed_file, "--timeout", "0")  # RemoteOptions: timeout must be positive
+    result = run_cli("verify", mixed_file, "--timeout", "0")  # RemoteOptions: timeout must be positive
     assert result.returncode == 2 and "timeout must be positive" in result.stderr
-    assert run("verify", mixed_file, "--storage-options", "[1]").returncode == 2  # not a JSON object
-    assert run("verify", mixed_file, "--cache-limit", "1GiB").returncode == 0  # a local file ignores them
+    assert run_cli("verify", mixed_file, "--storage-options", "[1]").returncode == 2  # not a JSON object
+    assert run_cli("verify", mixed_file, "--cache-limit", "1GiB").returncode == 0  # a local file ignores them
 
 
 def make_image_folder(root, classes=("cat", "dog"), per_class=3):
@@ -100,7 +104,7 @@ def test_convert_imagefolder(tmp_path):
 
     source = make_image_folder(tmp_path / "train")
     output = tmp_path / "train.beton"
-    result = run("convert", "imagefolder", source, output, "--max-resolution", "48", "--jpeg-quality", "80",
+    result = run_cli("convert", "imagefolder", source, output, "--max-resolution", "48", "--jpeg-quality", "80",
                  "--num-workers", "1")
     assert result.returncode == 0, result.stderr
     assert "classes of 'label': 0=cat, 1=dog" in result.stdout
@@ -109,7 +113,7 @@ def test_convert_imagefolder(tmp_path):
         assert [reader[i][1] for i in range(6)] == [0, 0, 0, 1, 1, 1]
         assert all(max(reader[i][0].shape[:2]) <= 50 for i in range(6))
         assert reader.fields["image"].max_resolution == 48 and reader.fields["image"].jpeg_quality == 80
-    info = run("info", output)
+    info = run_cli("info", output)
     assert "longer side histogram" in info.stdout and "stored as 100% jpg" in info.stdout
 
 
@@ -121,13 +125,13 @@ def test_convert_numpy_and_torch(tmp_path):
 
     arrays = {"x": np.arange(24, dtype=np.float32).reshape(6, 2, 2), "y": np.arange(6), "w": np.linspace(0, 1, 6)}
     np.savez(tmp_path / "data.npz", **arrays)
-    assert run("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton").returncode == 0
+    assert run_cli("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton").returncode == 0
     with beton.Reader(tmp_path / "np.beton") as reader:
         x, y, w = reader[4]
         np.testing.assert_array_equal(x, arrays["x"][4])
         assert (y, w) == (4, arrays["w"][4])
     torch.save({"t": torch.ones(5, 3, dtype=torch.bfloat16), "label": torch.arange(5)}, tmp_path / "data.pt")
-    assert run("convert", "torch", tmp_path / "data.pt", tmp_path / "t.beton").returncode == 0
+    assert run_cli("convert", "torch", tmp_path / "data.pt", tmp_path / "t.beton").returncode == 0
     with beton.Reader(tmp_path / "t.beton") as reader:
         tensor, label = reader[2]
         assert tensor.dtype == torch.bfloat16 and tensor.shape == (3,) and label == 2
@@ -135,7 +139,7 @@ def test_convert_numpy_and_torch(tmp_path):
 
 def test_convert_prints_its_summary_as_lines(tmp_path):
     np.savez(tmp_path / "data.npz", x=np.zeros((4, 2), dtype=np.float32), y=np.arange(4))
-    result = run("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton", "--no-progress")
+    result = run_cli("convert", "numpy", tmp_path / "data.npz", tmp_path / "np.beton", "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "\\n" not in result.stdout  # the summary's line breaks are printed, not escaped
     lines = result.stdout.splitlines()
@@ -145,7 +149,7 @@ def test_convert_prints_its_summary_as_lines(tmp_path):
 def test_convert_escapes_each_line_of_its_summary(tmp_path):
     source = make_image_folder(tmp_path / "train", per_class=1)
     (source / "cat" / "evil\x1b[2J.jpg").write_bytes(b"\xff\xd8 not a JPEG")
-    result = run("convert", "imagefolder", source, tmp_path / "o.beton", "--on-error", "skip", "--num-workers", "0",
+    result = run_cli("convert", "imagefolder", source, tmp_path / "o.beton", "--on-error", "skip", "--num-workers", "0",
                  "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "evil\\x1b[2J.jpg" in result.stdout
@@ -153,24 +157,24 @@ def test_convert_escapes_each_line_of_its_summary(tmp_path):
 
 
 def test_convert_bad_arguments(tmp_path):
-    missing = run("convert", "imagefolder", tmp_path / "nope", tmp_path / "o.beton")
+    missing = run_cli("convert", "imagefolder", tmp_path / "nope", tmp_path / "o.beton")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
-    assert run("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--write-mode", "png").returncode == 2
-    assert run("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--jpeg-quality", "0").returncode == 2
-    assert run("convert", "frobnicate", tmp_path, tmp_path / "o.beton").returncode == 2
-    empty = run("convert", "imagefolder", tmp_path, tmp_path / "o.beton")  # exists, but no class folders
+    assert run_cli("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--write-mode", "png").returncode == 2
+    assert run_cli("convert", "imagefolder", tmp_path, tmp_path / "o.beton", "--jpeg-quality", "0").returncode == 2
+    assert run_cli("convert", "frobnicate", tmp_path, tmp_path / "o.beton").returncode == 2
+    empty = run_cli("convert", "imagefolder", tmp_path, tmp_path / "o.beton")  # exists, but no class folders
     assert empty.returncode == 1 and "no class folders" in empty.stderr
     uneven = tmp_path / "uneven.npz"
     import numpy as np
 
     np.savez(uneven, a=np.zeros(3), b=np.zeros(4))
-    result = run("convert", "numpy", uneven, tmp_path / "u.beton")
+    result = run_cli("convert", "numpy", uneven, tmp_path / "u.beton")
     assert result.returncode == 1 and "same length" in result.stderr
     assert not (tmp_path / "u.beton").exists()
 
 
 def test_bench_rejects_bad_arguments():
-    assert run("bench", "--frobnicate").returncode == 2
+    assert run_cli("bench", "--frobnicate").returncode == 2
 
 
 def test_bench_quick_runs_with_only_beton_installed(tmp_path):
@@ -212,10 +216,10 @@ def test_errors_are_one_line_and_debug_adds_the_traceback(mixed_file, tmp_path):
     data = bytearray(mixed_file.read_bytes())
     data[5000] ^= 1
     bad.write_bytes(bytes(data))
-    plain = run("verify", bad)
+    plain = run("verify", bad)  # in a process of its own: nothing else (a warning, a log line) reaches stderr
     assert plain.returncode == 1 and len(plain.stderr.strip().splitlines()) == 1
     assert plain.stderr.startswith("beton verify: error: ") and "Traceback" not in plain.stderr
-    debug = run("--debug", "verify", bad)
+    debug = run_cli("--debug", "verify", bad)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.strip().splitlines()[-1] == plain.stderr.strip()
 
@@ -240,7 +244,7 @@ def test_info_escapes_control_characters_from_the_file(tmp_path):
             return None
 
     path = write(tmp_path / "t.beton", {hostile: Hostile()}, [(None,)])
-    result = run("info", path)
+    result = run_cli("info", path)
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\u202e" not in result.stdout
     assert "evil.\\x1b]0;pwned\\x07\\x1b[2J\\u202ename" in result.stdout
@@ -289,3 +293,51 @@ def test_convert_killed_by_sigkill_leaves_no_worker_processes(tmp_path):
             for pid in workers:  # this test's own processes, if a check failed
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_info_and_verify_take_globs_and_manifests(tmp_path, capsys):
+    from beton import Reader
+    from beton.dataset.shards import index
+    from beton.tools.cli import main
+    from conftest import MIXED_FIELDS, write
+
+    paths = [write(str(tmp_path / f"part-{k}.beton"), MIXED_FIELDS, [mixed_sample(i) for i in range(10 * k, 10 * k + 10)],
+                   page_size=1024) for k in range(3)]
+    index(tmp_path / "all.json", str(tmp_path / "part-*.beton"))
+    for source in (str(tmp_path / "part-*.beton"), str(tmp_path / "all.json")):
+        assert main(["info", source]) == 0
+        out = capsys.readouterr().out
+        assert "shards:      3" in out and "samples:     30" in out and "'blob': beton.BytesField {}" in out
+        assert all(f"{k}: {path}: 10 samples" in out for k, path in enumerate(paths))
+        assert main(["verify", source]) == 0
+        out = capsys.readouterr().out
+        assert out.count("OK: shard") == 3 and "OK: 3 shards, 30 samples" in out
+    with Reader(paths[1]) as reader:
+        heap_offset = reader.heap_offset
+    data = bytearray(open(paths[1], "rb").read())
+    data[heap_offset + 10] ^= 1  # a damaged page: the header still matches the manifest
+    open(paths[1], "wb").write(bytes(data))
+    assert main(["verify", str(tmp_path / "all.json")]) == 1
+    captured = capsys.readouterr()
+    assert "OK: shard 0" in captured.out and "OK: shard 2" in captured.out  # the others are still checked
+    assert f"FAILED: shard 1: file {paths[1]!r}" in captured.out and "page 0" in captured.out
+    assert "1 of 3 shards failed (shard 1)" in captured.err
+
+
+def test_convert_writes_to_a_url_with_the_remote_flags(tmp_path, capsys):
+    import json
+
+    from beton.tools.cli import main
+    from processes import moto_s3
+
+    np.savez(tmp_path / "data.npz", y=np.arange(50))
+    with moto_s3() as options:
+        import fsspec
+
+        fsspec.filesystem("s3", skip_instance_cache=True, **options).mkdir("converted")
+        flags = ["--storage-options", json.dumps(options), "--retries", "1"]
+        assert main(["convert", "numpy", str(tmp_path / "data.npz"), "s3://converted/data.beton", "--no-progress",
+                     "--num-workers", "0", *flags]) == 0
+        assert "50 samples" in capsys.readouterr().out
+        assert main(["verify", "s3://converted/data.beton", *flags]) == 0
+        assert "OK: s3://converted/data.beton: 50 samples" in capsys.readouterr().out

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import hypothesis.extra.numpy
 import numpy as np
@@ -17,12 +15,9 @@ import beton.convert
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, TorchTensorField
 from beton.tools.convert import ConversionError, fields_for_arrays
 
+from cli_runs import run_cli
+
 N = 6
-
-
-def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
-                          text=True, timeout=300)
 
 
 # name -> (array of N samples, the field it becomes)
@@ -71,7 +66,7 @@ def test_every_numpy_dtype_round_trips(tmp_path):
 def test_a_npy_file_converts(tmp_path):
     """``convert numpy x.npy`` crashed (a context manager around a plain array)."""
     np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
-    result = run("convert", "numpy", tmp_path / "x.npy", tmp_path / "x.beton", "--name", "features", "--no-progress")
+    result = run_cli("convert", "numpy", tmp_path / "x.npy", tmp_path / "x.beton", "--name", "features", "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "fields: features NDArrayField" in result.stdout
     with beton.Reader(tmp_path / "x.beton") as reader:
@@ -95,10 +90,10 @@ def test_what_cannot_be_stored_is_named(tmp_path, arrays, message):
 
 def test_object_arrays_in_files_are_refused_without_running_pickle(tmp_path):
     np.savez(tmp_path / "o.npz", good=np.arange(3), bad=np.array([{"a": 1}, 2, 3], dtype=object))
-    result = run("convert", "numpy", tmp_path / "o.npz", tmp_path / "o.beton")
+    result = run_cli("convert", "numpy", tmp_path / "o.npz", tmp_path / "o.beton")
     assert result.returncode == 1 and "entry 'bad'" in result.stderr and "pickle" in result.stderr
     np.save(tmp_path / "o.npy", np.array([None, 1], dtype=object))
-    result = run("convert", "numpy", tmp_path / "o.npy", tmp_path / "o.beton")
+    result = run_cli("convert", "numpy", tmp_path / "o.npy", tmp_path / "o.beton")
     assert result.returncode == 1 and "o.npy" in result.stderr and "pickle" in result.stderr
 
 
@@ -115,7 +110,7 @@ TORCH = {
 
 def test_every_torch_dtype_round_trips(tmp_path):
     torch.save({name: tensor for name, (tensor, _) in TORCH.items()}, tmp_path / "t.pt")
-    result = run("convert", "torch", tmp_path / "t.pt", tmp_path / "t.beton", "--no-progress")
+    result = run_cli("convert", "torch", tmp_path / "t.pt", tmp_path / "t.beton", "--no-progress")
     assert result.returncode == 0, result.stderr
     with beton.Reader(tmp_path / "t.beton") as reader:
         for name, (tensor, kind) in TORCH.items():
@@ -152,7 +147,7 @@ def test_lists_and_single_tensors(tmp_path):
 ])
 def test_torch_messages_name_the_entry_and_its_problem(tmp_path, content, message):
     torch.save(content, tmp_path / "bad.pt")
-    result = run("convert", "torch", tmp_path / "bad.pt", tmp_path / "bad.beton")
+    result = run_cli("convert", "torch", tmp_path / "bad.pt", tmp_path / "bad.beton")
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert "same length" not in result.stderr or "'y'" in message
 
@@ -162,7 +157,7 @@ def test_a_pt_file_that_needs_pickle_is_refused(tmp_path):
 
     with open(tmp_path / "code.pt", "wb") as file:
         pickle.dump({"x": complex(1, 2)}, file)  # not a tensor archive: weights_only refuses it
-    result = run("convert", "torch", tmp_path / "code.pt", tmp_path / "c.beton")
+    result = run_cli("convert", "torch", tmp_path / "code.pt", tmp_path / "c.beton")
     assert result.returncode == 1 and "cannot be loaded as tensors (weights_only=True)" in result.stderr
 
 

@@ -23,6 +23,8 @@ from beton.tools.convert import ConversionError, ImageFileField, ImageFolder
 from beton.tools.convert.image_headers import image_size
 from beton.tools.sample_photos import photo_crop
 
+from cli_runs import run_cli
+
 HUGE = (16000, 12000)  # 1.9e8 pixels (WebP holds at most 16383 a side): more than the default cap of 2^27
 
 
@@ -137,19 +139,19 @@ GROWTH = textwrap.dedent("""
             return next(int(line.split()[1]) for line in file if line.startswith(name + ":"))
 """)
 
+# One conversion per cap in argv[3:], in turn, each measured from its own reset of the peak.
 PEAK_SCRIPT = GROWTH + textwrap.dedent("""
-    import sys
+    import json, sys
     import beton.convert
-    before = reset_peak()
-    cap = None if sys.argv[3] == "none" else int(sys.argv[3])
-    try:
-        beton.convert.imagefolder(sys.argv[1], sys.argv[2], num_workers=0, progress=False, max_image_pixels=cap,
-                                  write_mode="raw")
-        outcome = "written"
-    except beton.BetonError as error:
-        outcome = f"{type(error).__name__}: {error}"
-    print((status("VmHWM") - before) // 1024)
-    print(outcome)
+    for cap in sys.argv[3:]:
+        before = reset_peak()
+        try:
+            beton.convert.imagefolder(sys.argv[1], sys.argv[2], num_workers=0, progress=False,
+                                      max_image_pixels=None if cap == "none" else int(cap), write_mode="raw")
+            outcome = "written"
+        except beton.BetonError as error:
+            outcome = f"{type(error).__name__}: {error}"
+        print(json.dumps([(status("VmHWM") - before) // 1024, outcome]))
 """)
 
 
@@ -158,30 +160,27 @@ def test_a_refused_image_costs_no_decode_memory(tmp_path):
     the conversion's peak memory does not grow by the decode; without the cap (the control) it does."""
     (tmp_path / "root" / "a").mkdir(parents=True)
     Image.new("RGB", (5000, 4000)).save(tmp_path / "root" / "a" / "big.png")
-    def peak(cap: str) -> tuple[int, str]:
-        result = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(tmp_path / "root"),
-                                 str(tmp_path / "out.beton"), cap], capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "BETON_MAX_IMAGE_PIXELS": "none"})
-        grown, outcome = result.stdout.split("\n", 1)
-        return int(grown), outcome.strip()
-    grown, outcome = peak("1000000")
+    # The refused conversion first, in a fresh process; then the control, whose decode must show in its peak.
+    result = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(tmp_path / "root"), str(tmp_path / "out.beton"),
+                             "1000000", "none"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "BETON_MAX_IMAGE_PIXELS": "none"})
+    assert result.returncode == 0, result.stderr
+    (grown, outcome), (control_grown, control) = (json.loads(line) for line in result.stdout.splitlines())
     assert outcome.startswith("ConversionError: ") and "big.png" in outcome and \
         "declares 5000x4000 pixels, more than max_image_pixels=1000000" in outcome
     assert grown < 30, grown  # MiB
-    grown, outcome = peak("none")
-    assert outcome == "written" and grown >= 55, (grown, outcome)
+    assert control == "written" and control_grown >= 55, (control_grown, control)
 
 
 def test_the_command_names_the_file_and_takes_the_cap(tmp_path):
     (tmp_path / "root" / "a").mkdir(parents=True)
     (tmp_path / "root" / "a" / "bomb.png").write_bytes(png_declaring(*HUGE))
     (tmp_path / "root" / "a" / "fine.png").write_bytes(encoded("PNG"))
-    command = [sys.executable, "-m", "beton.tools.cli", "convert", "imagefolder", str(tmp_path / "root"),
-               str(tmp_path / "out.beton"), "--num-workers", "0", "--no-progress"]
-    failed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    command = ["convert", "imagefolder", tmp_path / "root", tmp_path / "out.beton", "--num-workers", "0",
+               "--no-progress"]
+    failed = run_cli(*command)
     assert failed.returncode == 1 and "bomb.png" in failed.stderr and "declares 16000x12000 pixels" in failed.stderr
-    skipped = subprocess.run(command + ["--on-error", "skip", "--max-image-pixels", "48"], capture_output=True,
-                             text=True, timeout=120)
+    skipped = run_cli(*command, "--on-error", "skip", "--max-image-pixels", "48")
     assert skipped.returncode == 0 and "wrote 1 samples" in skipped.stdout and "bomb.png" in skipped.stdout
 
 
@@ -196,27 +195,29 @@ def folder_with(tmp_path, make) -> str:
     return str(root)
 
 
-def convert_in_subprocess(root: str, out: str, **options) -> tuple[str, list[str]]:
-    """Converts in a child process killed after 60 s (a FIFO that is opened hangs it): (outcome, skipped)."""
+def convert_in_subprocess(root: str, out: str, *runs: dict) -> list[tuple[str, list[str]]]:
+    """Converts once per ``runs`` entry (its options), in one child process killed after 60 s (a FIFO that is opened
+    hangs it): (outcome, skipped) for each."""
     script = textwrap.dedent(f"""
         import json, beton.convert
-        try:
-            report = beton.convert.imagefolder({root!r}, {out!r}, num_workers=0, progress=False, **{options!r})
-            print(json.dumps(["written", [[s.source, s.reason] for s in report.skipped]]))
-        except beton.BetonError as error:
-            print(json.dumps([f"{{type(error).__name__}}: {{error}}", []]))
+        for options in {list(runs)!r}:
+            try:
+                report = beton.convert.imagefolder({root!r}, {out!r}, num_workers=0, progress=False, **options)
+                print(json.dumps(["written", [[s.source, s.reason] for s in report.skipped]]))
+            except beton.BetonError as error:
+                print(json.dumps([f"{{type(error).__name__}}: {{error}}", []]))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    outcome, skipped = json.loads(result.stdout.strip().splitlines()[-1])
-    return outcome, skipped
+    lines = result.stdout.strip().splitlines()[-len(runs):]
+    assert len(lines) == len(runs), result.stdout + result.stderr
+    return [tuple(json.loads(line)) for line in lines]
 
 
 def test_a_fifo_is_refused_unopened_and_cannot_hang_the_conversion(tmp_path):
     root = folder_with(tmp_path, lambda root: os.mkfifo(root / "a" / "pipe.jpg"))
-    outcome, _ = convert_in_subprocess(root, str(tmp_path / "o.beton"))
+    (outcome, _), (skipping, skipped) = convert_in_subprocess(root, str(tmp_path / "o.beton"), {}, {"on_error": "skip"})
     assert outcome.startswith("ConversionError: ") and "pipe.jpg: is a named pipe (FIFO), not a regular file" in outcome
-    outcome, skipped = convert_in_subprocess(root, str(tmp_path / "o.beton"), on_error="skip")
-    assert outcome == "written" and [os.path.basename(source) for source, _ in skipped] == ["pipe.jpg"]
+    assert skipping == "written" and [os.path.basename(source) for source, _ in skipped] == ["pipe.jpg"]
 
 
 def test_a_fifo_swapped_in_after_listing_is_not_waited_on(tmp_path):
@@ -230,10 +231,9 @@ def test_a_fifo_swapped_in_after_listing_is_not_waited_on(tmp_path):
 
 def test_a_link_to_a_device_is_not_followed_nor_read(tmp_path):
     root = folder_with(tmp_path, lambda root: os.symlink("/dev/zero", root / "a" / "zero.png"))
-    outcome, _ = convert_in_subprocess(root, str(tmp_path / "o.beton"))
+    (outcome, _), (following, _) = convert_in_subprocess(root, str(tmp_path / "o.beton"), {}, {"follow_links": True})
     assert "zero.png: symbolic link out of the image folder (to '/dev/zero'); follow_links=True" in outcome
-    outcome, _ = convert_in_subprocess(root, str(tmp_path / "o.beton"), follow_links=True)
-    assert "zero.png: is a character device, not a regular file; it is not read" in outcome
+    assert "zero.png: is a character device, not a regular file; it is not read" in following
 
 
 def test_links_out_of_the_folder_need_follow_links_and_links_inside_are_followed(tmp_path):

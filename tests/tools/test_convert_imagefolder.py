@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 
 import cv2
 import numpy as np
@@ -19,10 +17,7 @@ import beton.convert
 from beton.tools.convert import ConversionError, ImageFolder
 from beton.tools.sample_photos import photo_crop
 
-
-def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
-                          text=True, timeout=300)
+from cli_runs import run_cli
 
 
 def photo(index: int, height: int = 36, width: int = 44) -> np.ndarray:
@@ -239,10 +234,10 @@ def test_fail_names_the_first_bad_file_and_leaves_the_target_alone(tmp_path):
 
 def test_the_command_prints_the_report_and_exits_0_or_1(tmp_path):
     reasons = bad_folder(tmp_path / "train")
-    failed = run("convert", "imagefolder", tmp_path / "train", tmp_path / "f.beton", "--num-workers", "0")
+    failed = run_cli("convert", "imagefolder", tmp_path / "train", tmp_path / "f.beton", "--num-workers", "0")
     assert failed.returncode == 1 and "corrupt.jpg" in failed.stderr and "--on-error skip" in failed.stderr
     assert not (tmp_path / "f.beton").exists()
-    done = run("convert", "imagefolder", tmp_path / "train", tmp_path / "s.beton", "--on-error", "skip",
+    done = run_cli("convert", "imagefolder", tmp_path / "train", tmp_path / "s.beton", "--on-error", "skip",
                "--report", tmp_path / "report.json", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith(f"skipped {len(reasons)} of {len(reasons) + 6} sources (6 written)")
@@ -259,7 +254,7 @@ def test_file_names_cannot_drive_the_terminal(tmp_path):
     root.mkdir(parents=True)
     (root / "a.jpg").write_bytes(jpeg(1))
     (root / "\x1b]0;title\x07.jpg").write_bytes(b"junk")
-    done = run("convert", "imagefolder", tmp_path / "train", tmp_path / "t.beton", "--on-error", "skip",
+    done = run_cli("convert", "imagefolder", tmp_path / "train", tmp_path / "t.beton", "--on-error", "skip",
                "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
@@ -298,7 +293,7 @@ def test_empty_class_folders_fail_or_stay_as_labels(tmp_path):
     assert report.metadata["classes"]["label"] == ["ant", "bee", "cat"]
     with beton.Reader(tmp_path / "e.beton") as reader:
         assert [reader[i][1] for i in range(len(reader))] == [0, 2]  # cat keeps label 2, as in a full split
-    done = run("convert", "imagefolder", root, tmp_path / "cli.beton", "--on-error", "skip", "--no-progress")
+    done = run_cli("convert", "imagefolder", root, tmp_path / "cli.beton", "--on-error", "skip", "--no-progress")
     assert done.returncode == 0 and "note: class folders without image files" in done.stdout
     assert "Warning" not in done.stderr
 
@@ -373,7 +368,7 @@ def test_options_reach_the_stored_field_and_the_file_does_not_depend_on_workers(
         field = reader.fields["image"]
         assert (field.write_mode, field.compress_probability, field.jpeg_quality) == ("proportion", 0.25, 70)
         assert reader.page_size == 4096 and 0 < np.mean(reader.data_table["image"]["mode"] == 1) < 1
-    smart = run("convert", "imagefolder", tmp_path / "train", tmp_path / "s.beton", "--write-mode", "smart",
+    smart = run_cli("convert", "imagefolder", tmp_path / "train", tmp_path / "s.beton", "--write-mode", "smart",
                 "--smart-threshold", "2000", "--page-size", "64KiB", "--no-progress")
     assert smart.returncode == 0, smart.stderr
     with beton.Reader(tmp_path / "s.beton") as reader:
@@ -390,7 +385,7 @@ def test_options_reach_the_stored_field_and_the_file_does_not_depend_on_workers(
 def test_options_that_do_not_go_together_are_refused(tmp_path, arguments, message):
     (tmp_path / "train" / "a").mkdir(parents=True)
     (tmp_path / "train" / "a" / "x.jpg").write_bytes(jpeg(1))
-    result = run("convert", "imagefolder", tmp_path / "train", tmp_path / "o.beton", *arguments)
+    result = run_cli("convert", "imagefolder", tmp_path / "train", tmp_path / "o.beton", *arguments)
     assert result.returncode == 1 and message in result.stderr
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,15 +20,12 @@ from beton.tools.convert import ConversionError
 from beton.tools.convert.arrow_arrays import BadValue, fixed_arrays, ragged_arrays
 from beton.tools.sample_photos import photo_crop
 
+from cli_runs import run_cli
+
 pa = pytest.importorskip("pyarrow", reason="convert parquet needs pyarrow (the 'parquet' extra)")
 import pyarrow.parquet as pq  # noqa: E402
 
 N = 8
-
-
-def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
-                          text=True, timeout=300)
 
 
 def jpeg(i: int) -> bytes:
@@ -104,7 +99,7 @@ def test_files_and_folders_in_order_with_columns_chosen_and_types_overridden(tmp
     pq.write_table(table(0, 3), tmp_path / "data" / "a.parquet")
     pq.write_table(table(3, 4), tmp_path / "data" / "nested" / "b.parquet")
     pq.write_table(table(7, 2), tmp_path / "c.parquet")
-    result = run("convert", "parquet", tmp_path / "data", tmp_path / "c.parquet", tmp_path / "o.beton",
+    result = run_cli("convert", "parquet", tmp_path / "data", tmp_path / "c.parquet", tmp_path / "o.beton",
                  "--columns", "label,caption,image,tokens,vector", "--type", "caption=bytes", "--type",
                  "label=float", "--type", "tokens=json", "--type", "vector=ragged", "--no-progress",
                  "--write-mode", "raw")
@@ -208,7 +203,7 @@ def test_a_worker_side_failure_after_skipped_rows_names_the_right_row(tmp_path):
 ])
 def test_bad_choices_are_refused(tmp_path, arguments, message):
     pq.write_table(table(), tmp_path / "t.parquet")
-    result = run("convert", "parquet", tmp_path / "t.parquet", tmp_path / "o.beton", *arguments)
+    result = run_cli("convert", "parquet", tmp_path / "t.parquet", tmp_path / "o.beton", *arguments)
     assert result.returncode in (1, 2) and message in result.stderr, result.stderr
     assert not (tmp_path / "o.beton").exists()
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
 import tracemalloc
 
@@ -21,10 +19,7 @@ from beton.tools.convert import ConversionError
 from beton.tools.convert.webdataset import expand_braces
 from beton.tools.sample_photos import photo_crop
 
-
-def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
-                          text=True, timeout=300)
+from cli_runs import run_cli
 
 
 def jpeg(i: int) -> bytes:
@@ -82,7 +77,7 @@ def test_alternatives_selection_overrides_folders_and_compressed_shards(tmp_path
                         "cls": b"%d" % i, "json": b"{}"}) for i in range(6)]
     shard(tmp_path / "shards" / "a.tar.gz", mixed[:3], "w:gz")
     shard(tmp_path / "shards" / "b.tar", mixed[3:])
-    result = run("convert", "webdataset", tmp_path / "shards", tmp_path / "m.beton", "--extensions", "jpg;png,cls",
+    result = run_cli("convert", "webdataset", tmp_path / "shards", tmp_path / "m.beton", "--extensions", "jpg;png,cls",
                  "--type", "cls=bytes", "--no-key", "--write-mode", "lossless", "--no-progress")
     assert result.returncode == 0, result.stderr
     with beton.Reader(tmp_path / "m.beton") as reader:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import cv2
 import numpy as np
 import pytest
@@ -17,17 +14,13 @@ from beton.tools.sample_photos import photo_crop
 from beton.tools.show import caption, fitted
 from beton.transforms import NormalizeImage, RandomHorizontalFlip, ToTensor, ToTorchImage
 
+from cli_runs import run_cli
 from conftest import write
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 PIPELINES = {"image": [RandomResizedCropRGBImageDecoder((32, 32)), RandomHorizontalFlip(), NormalizeImage(MEAN, STD),
                        ToTensor(), ToTorchImage()]}
-
-
-def run(*arguments):
-    return subprocess.run([sys.executable, "-m", "beton.tools.cli", *map(str, arguments)], capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +81,7 @@ def test_captions_are_drawn_under_the_images(photos):
 
 
 def test_the_command_writes_the_png_and_takes_the_users_pipelines(photos, tmp_path):
-    done = run("show", photos, "-o", tmp_path / "s.png", "--count", "4", "--cell", "40")
+    done = run_cli("show", photos, "-o", tmp_path / "s.png", "--count", "4", "--cell", "40")
     assert done.returncode == 0, done.stderr
     assert cv2.imread(str(tmp_path / "s.png")).shape == (1 * (40 + 16) + 2, 4 * 42 + 2, 3)
     (tmp_path / "mine.py").write_text(
@@ -96,14 +89,14 @@ def test_the_command_writes_the_png_and_takes_the_users_pipelines(photos, tmp_pa
         "from beton.transforms import ToTensor\n"
         "def pipelines():\n"
         "    return {'image': [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()]}\n")
-    done = run("show", photos, "-o", tmp_path / "p.png", "--count", "4", "--pipeline", f"{tmp_path / 'mine.py'}:pipelines",
-               "--seed", "1")
+    done = run_cli("show", photos, "-o", tmp_path / "p.png", "--count", "4",
+                   "--pipeline", f"{tmp_path / 'mine.py'}:pipelines", "--seed", "1")
     assert done.returncode == 0, done.stderr
     picture = cv2.cvtColor(cv2.imread(str(tmp_path / "p.png")), cv2.COLOR_BGR2RGB)
     expected = beton.show.grid(photos, count=4, pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)),
                                                                      ToTensor()]}, seed=1)
     np.testing.assert_array_equal(picture, expected)
-    bad = run("show", photos, "--pipeline", f"{tmp_path / 'mine.py'}:missing")
+    bad = run_cli("show", photos, "--pipeline", f"{tmp_path / 'mine.py'}:missing")
     assert bad.returncode == 1 and "has no 'missing'" in bad.stderr
 
 

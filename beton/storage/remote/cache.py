@@ -4,6 +4,12 @@ Layout: ``<cache_dir>/beton-pages-v1-<uid>/<file key>/<page number>``, one file 
 ``usage`` in ``beton-pages-v1-<uid>``. The file key is a hash of the URL, the object's size and version markers
 (ETag...) and its header bytes, so a changed remote file never meets the pages of its former self.
 
+Stale versions: ``<url key>.version`` in ``beton-pages-v1-<uid>`` (the URL's hash) names the file key last opened
+for that URL. Opening another version of the file (the object changed since its pages were cached) removes the
+former version's pages, whatever ``cache_limit`` says: no reader can use them again, and without a limit they would
+stay for ever (the cache held four times its dataset after a few re-uploads). One small file per URL, read under
+the lock: opening a file costs no scan of the cache, however many files it holds.
+
 Safety (several users on one node; see :mod:`beton.private_dirs`):
 
 * Each user has a directory of their own, ``beton-pages-v1-<uid>`` (the effective user id), under ``cache_dir``,
@@ -33,8 +39,8 @@ Concurrency model (several processes, e.g. one per GPU, and several threads in e
   (correcting any drift from crashed processes) and the oldest pages are removed until the new one fits.
   A page removed while another process reads it stays readable through that process's open descriptor.
 
-Temporaries left by a crashed process (``.partial-*`` pages in a page directory, ``.usage-*`` in the root) hold
-bytes that ``usage`` does not count. Under the lock, a ``.usage-*`` is always a dead process's (they are written
+Temporaries left by a crashed process (``.partial-*`` pages in a page directory, ``.usage-*`` and ``.version-*`` in
+the root) hold bytes that ``usage`` does not count. Under the lock, a ``.usage-*`` or ``.version-*`` is always a dead process's (they are written
 under it), and a ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` is too (a page is renamed into place
 seconds after it is written; removing a live one would only cost that page a miss): opening a cache removes those
 of the root and of the file's own page directory, and every eviction scan those of every page directory, counting
@@ -50,6 +56,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -73,13 +80,21 @@ _USAGE = ".usage-"
 _USAGE_BYTES = 32  # a decimal number of bytes; a longer "usage" file is not ours
 #: Age at which a page's temporary file is taken for a crashed process's (see the module docstring).
 STALE_TEMPORARY_SECONDS = 600
+_VERSION = ".version"  # "<url key>.version": the file key cached for that URL
+_VERSION_TEMPORARY = ".version-"
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 class DiskPageCache:
-    def __init__(self, cache_dir: str | os.PathLike[str], limit: int | None, key_parts: tuple[object, ...]) -> None:
+    """The cached pages of one version of the remote file ``url``; ``version``: what tells its versions apart
+    (identity and header bytes)."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str], limit: int | None, url: str,
+                 version: tuple[object, ...]) -> None:
         self.cache_dir = os.fspath(cache_dir)
         self.root = os.path.join(self.cache_dir, f"{_ROOT}-{os.geteuid()}")
-        self.key = hashlib.sha256(repr(key_parts).encode("utf-8")).hexdigest()[:32]
+        self.key = _digest((url, version))
+        self._url_key = _digest(url)
         self.directory = os.path.join(self.root, self.key)
         self.limit = limit
         try:
@@ -88,6 +103,7 @@ class DiskPageCache:
             raise CacheDirError(f"cannot create the cache directory {self.cache_dir!r} (RemoteOptions.cache_dir): "
                                 f"{error.strerror}. {self._fix()}") from error
         os.close(self._open_root())  # refused here, with an error that says why, rather than missed silently later
+        self._remove_stale_version()
         #: Temporaries of crashed processes that opening removed (the root's and this file's page directory's)
         self.stale_temporaries_removed = self._remove_stale_temporaries()
 
@@ -105,6 +121,29 @@ class DiskPageCache:
 
     def _open_root(self) -> int:
         return open_private_directory(self.root, what="remote page cache directory", fix=self._fix())
+
+    def _remove_stale_version(self) -> None:
+        """Remove the pages of the version of this URL cached before, if it is another one (module docstring), and
+        record this one. A cache that cannot do it safely is left as it is."""
+        marker = self._url_key + _VERSION
+        try:
+            root = self._open_root()
+        except (CacheDirError, OSError):
+            return
+        try:
+            with _Lock(root):
+                recorded = read_regular_file(marker, root, most=len(self.key))
+                if recorded == self.key.encode("ascii"):
+                    return
+                if recorded is not None and _KEY.fullmatch(recorded.decode("ascii", "replace")):
+                    freed = _remove_page_directory(root, recorded.decode("ascii"))
+                    if freed:
+                        _write_usage(root, max(0, _read_usage(root) - freed))
+                replace_with(root, write_new_file(root, self.key.encode("ascii"), _VERSION_TEMPORARY), marker)
+        except (_Unusable, OSError):
+            pass
+        finally:
+            os.close(root)
 
     def contains(self, page: int) -> bool:
         """Whether a page seems cached (a hint for reading ahead: :meth:`get` decides)."""
@@ -285,6 +324,35 @@ def _evict(root: int, target: int, own: str) -> int:
     return total
 
 
+def _remove_page_directory(root: int, key: str) -> int:
+    """Remove the page directory ``key`` and what it holds (never following a link); the page bytes it held."""
+    try:
+        directory = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
+    except OSError:
+        return 0
+    freed = 0
+    try:
+        if os.fstat(directory).st_uid != os.geteuid():
+            return 0
+        with os.scandir(directory) as entries:
+            names = [entry.name for entry in entries]
+        for name in names:
+            if not name.startswith("."):
+                freed += _size_of_page(directory, name)
+            unlink_quietly(name, directory)
+    finally:
+        os.close(directory)
+    try:
+        os.rmdir(key, dir_fd=root)
+    except OSError:  # a page another process wrote meanwhile: it stays until evicted
+        pass
+    return freed
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(repr(value).encode("utf-8")).hexdigest()[:32]
+
+
 def _read_usage(root: int) -> int:
     data = read_regular_file("usage", root, most=_USAGE_BYTES)
     try:
@@ -301,12 +369,14 @@ def _write_usage(root: int, usage: int) -> None:
 
 
 def _sweep(root: int, directories: list[int], own: str) -> tuple[int, int]:
-    """Under the lock: remove the temporaries of crashed processes, every ``.usage-*`` of the root and the
-    ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` in ``directories`` (page directory descriptors);
-    how many were removed, and the bytes of the younger ``.partial-*`` but ``own`` (pages being written)."""
+    """Under the lock: remove the temporaries of crashed processes, every ``.usage-*`` and ``.version-*`` of the
+    root (both are written under the lock) and the ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` in
+    ``directories`` (page directory descriptors); how many were removed, and the bytes of the younger
+    ``.partial-*`` but ``own`` (pages being written)."""
     user, oldest = os.geteuid(), time.time_ns() - STALE_TEMPORARY_SECONDS * 10**9
     removed = writing = 0
-    for directory, prefix in [(root, _USAGE)] + [(directory, _PARTIAL) for directory in directories]:
+    root_temporaries = (_USAGE, _VERSION_TEMPORARY)
+    for directory, prefix in [(root, root_temporaries)] + [(directory, _PARTIAL) for directory in directories]:
         try:
             with os.scandir(directory) as entries:
                 found = [entry for entry in entries if entry.name.startswith(prefix) and entry.name != own]

@@ -48,7 +48,7 @@ class RemoteFile:
         """The validated page geometry; the disk cache (if any) is keyed by URL, identity and header bytes."""
         cache = None
         if self.options.cache_dir is not None:
-            cache = DiskPageCache(self.options.cache_dir, self.options.cache_limit, (self.url, self.identity, header))
+            cache = DiskPageCache(self.options.cache_dir, self.options.cache_limit, self.url, (self.identity, header))
         self.pages = RemotePages(self.fetcher, heap_offset, heap_size, page_size, checksums, cache)
         return self.pages
 

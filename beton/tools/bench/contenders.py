@@ -1,5 +1,6 @@
 """The loaders compared by the benchmark suite. Each builder returns an iterable of batches (one pass = one
-epoch, the second element of a batch being its labels) or a string: the reason it is skipped."""
+epoch, the second element of a batch being its labels), or that iterable :class:`Converted` (with the seconds
+its files took to write, timed apart from the epochs), or a string: the reason it is skipped."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import dataclasses
 import importlib.util
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -25,10 +27,26 @@ from beton.pipeline.operation import Scratch
 from beton.random import operation_key
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 
-__all__ = ["ImageTask", "beton_images", "torch_images", "ffcv_images", "dali_images", "webdataset_images",
+__all__ = ["Converted", "converted", "ImageTask", "TorchImages", "beton_images", "torch_images", "ffcv_images",
+           "dali_images", "webdataset_images",
            "DecodeLimit", "beton_raw", "torch_raw", "ffcv_raw"]
 
 WORKERS = 2
+
+
+class Converted(NamedTuple):
+    """A contender's loader, and the seconds its conversion took: writing its files from the images."""
+
+    loader: Iterable
+    seconds: float
+
+
+def converted(write: Callable[[], object], load: Callable[[], Iterable]) -> Converted:
+    """Time ``write()``, the conversion, then build the loader with ``load()`` (not timed)."""
+    start = time.perf_counter()
+    write()
+    seconds = time.perf_counter() - start
+    return Converted(load(), seconds)
 
 
 class ImageTask:
@@ -66,7 +84,7 @@ def write_beton_images(jpegs: list[bytes], path: str, **options: Any) -> str:
     return path
 
 
-class _TorchImages(torch.utils.data.Dataset):
+class TorchImages(torch.utils.data.Dataset):
     """What a careful torch user writes: decode (simplejpeg, PIL, or cv2 for PNG), crop, resize, flip."""
 
     def __init__(self, jpegs: list[bytes], task: ImageTask, decoder: str) -> None:
@@ -112,11 +130,11 @@ def torch_images(jpegs: list[bytes], task: ImageTask, decoder: str = "simplejpeg
     """A torch DataLoader over encoded images; ``decoder``: "simplejpeg", "pil" (JPEG) or "png" (cv2)."""
     if decoder == "pil" and importlib.util.find_spec("PIL") is None:
         return "Pillow is not installed"
-    return torch.utils.data.DataLoader(_TorchImages(jpegs, task, decoder), batch_size=task.batch_size,
+    return torch.utils.data.DataLoader(TorchImages(jpegs, task, decoder), batch_size=task.batch_size,
                                        shuffle=task.train, num_workers=WORKERS, persistent_workers=True)
 
 
-def ffcv_images(jpegs: list[bytes], directory: str, task: ImageTask, name: str) -> Iterable | str:
+def ffcv_images(jpegs: list[bytes], directory: str, task: ImageTask, name: str) -> Converted | str:
     try:
         from ffcv.fields import IntField as FFCVInt, RGBImageField as FFCVImage
         from ffcv.fields.decoders import IntDecoder as FFCVIntDecoder
@@ -128,16 +146,16 @@ def ffcv_images(jpegs: list[bytes], directory: str, task: ImageTask, name: str) 
         from ffcv.writer import DatasetWriter as FFCVWriter
     except ImportError as error:
         return f"FFCV is not importable ({error})"
-    path = os.path.join(directory, f"ffcv_{name}.beton")
-    if not os.path.exists(path):
-        FFCVWriter(path, {"image": FFCVImage(write_mode="jpg", jpeg_quality=90), "label": FFCVInt()},
-                   num_workers=WORKERS).from_indexed_dataset(DecodedJpegDataset(jpegs))
+    path = os.path.join(directory, f"ffcv_{name}_{task.kind}.beton")
     size = (task.size, task.size)
     image = [FFCVRRC(size), FFCVFlip()] if task.train else [FFCVCenter(size, ratio=224 / 256)]
-    return FFCVLoader(path, batch_size=task.batch_size, num_workers=WORKERS,
-                      order=FFCVOrder.RANDOM if task.train else FFCVOrder.SEQUENTIAL, os_cache=True,
-                      pipelines={"image": [*image, FFCVToTensor(), FFCVToTorchImage()],
-                                 "label": [FFCVIntDecoder(), FFCVToTensor()]})
+    return converted(
+        lambda: FFCVWriter(path, {"image": FFCVImage(write_mode="jpg", jpeg_quality=90), "label": FFCVInt()},
+                           num_workers=WORKERS).from_indexed_dataset(DecodedJpegDataset(jpegs)),
+        lambda: FFCVLoader(path, batch_size=task.batch_size, num_workers=WORKERS,
+                           order=FFCVOrder.RANDOM if task.train else FFCVOrder.SEQUENTIAL, os_cache=True,
+                           pipelines={"image": [*image, FFCVToTensor(), FFCVToTorchImage()],
+                                      "label": [FFCVIntDecoder(), FFCVToTensor()]}))
 
 
 def dali_images(jpegs: list[bytes], task: ImageTask) -> Iterable | str:
@@ -203,7 +221,7 @@ def webdataset_images(jpegs: list[bytes], task: ImageTask, directory: str,
             for index in range(shard, len(jpegs), WORKERS * 2):
                 sink.write({"__key__": f"{index:08d}", "jpg": jpegs[index], "cls": str(index % 1000).encode()})
         shards.append(path)
-    crop = _TorchImages(jpegs, task, "simplejpeg")
+    crop = TorchImages(jpegs, task, "simplejpeg")
 
     def decode(sample):
         return crop.from_bytes(sample["jpg"]), int(sample["cls"])

@@ -15,7 +15,9 @@ g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from 
 scales and decoder settings; no resize, no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`):
 the whole image decoded, what any loader of whole JPEGs needs; and only the MCU rows each crop needs, the
 ceiling of beton's own approach. ``beton_share`` is beton's paired ratio to each.
-Contenders that are not installed (FFCV, DALI, WebDataset, Pillow) are skipped with the reason printed.
+Contenders that are not installed (FFCV, DALI, WebDataset, Pillow, Mosaic Streaming, LitData) are skipped with
+the reason printed. Contenders that read files of their own (beton, FFCV, Mosaic Streaming, LitData) write them
+from the same JPEGs first; ``conversion_seconds`` keeps how long that took, timed apart from the epochs.
 """
 
 from __future__ import annotations
@@ -34,27 +36,33 @@ import numpy as np
 
 from beton.order import OrderOption
 from beton.storage import DatasetWriter
-from beton.tools.bench import contenders as c
+from beton.tools.bench import contenders as c, peers
 from beton.tools.bench.data import JpegDataset, make_jpegs, make_raw_images
 from beton.tools.bench.report import run_header
 from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite", "measured_epoch"]
+__all__ = ["run_suite", "measure_contenders", "measured_epoch"]
 
 
-def _measure(builders: dict[str, Callable[[], Iterable | str]], repeats: int) -> dict:
-    contenders, skipped = {}, {}
+def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
+    """Build each contender (a string skips it, with that reason), then time them side by side
+    (:func:`~beton.tools.bench.timing.alternating_runs`): medians, every round, paired ratios to beton, skip
+    reasons and conversion seconds."""
+    contenders, skipped, conversions = {}, {}, {}
     for name, build in builders.items():
         built = build()
         if isinstance(built, str):
             print(f"  {name}: skipped: {built}")
             skipped[name] = built
+        elif isinstance(built, c.Converted):
+            contenders[name], conversions[name] = built.loader, round(built.seconds, 2)
         else:
             contenders[name] = built
     runs = alternating_runs(contenders, repeats)
     result = {"images_per_s": {name: round(statistics.median(rates)) for name, rates in runs.items()},
-              "rounds": {name: [round(rate) for rate in rates] for name, rates in runs.items()}, "skipped": skipped}
+              "rounds": {name: [round(rate) for rate in rates] for name, rates in runs.items()}, "skipped": skipped,
+              "conversion_seconds": conversions}
     if "beton" in runs:  # ratios within each round, then their median (see paired_ratio)
         result["beton_over"] = {name: round(paired_ratio(runs["beton"], rates), 2)
                                 for name, rates in runs.items() if name != "beton"}
@@ -66,15 +74,21 @@ _LIMITS = {"whole": "decode limit (whole image)", "crop": "decode limit (crop ro
 
 
 def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
-    path = c.write_beton_images(jpegs, os.path.join(directory, f"{name}.beton"))
-    result = _measure({
-        "beton": lambda: c.beton_images(path, task),
+    path = os.path.join(directory, f"{name}.beton")
+
+    def files(kind: str) -> str:  # a contender's own folder for this scenario
+        return os.path.join(directory, f"{kind}-{name}-{task.kind}")
+
+    result = measure_contenders({
+        "beton": lambda: c.converted(lambda: c.write_beton_images(jpegs, path), lambda: c.beton_images(path, task)),
         **{limit: (lambda rows=rows: c.DecodeLimit(jpegs, task, rows)) for rows, limit in _LIMITS.items()},
         "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
         "DALI (CPU)": lambda: c.dali_images(jpegs, task),
-        "WebDataset": lambda: c.webdataset_images(jpegs, task, os.path.join(directory, f"wds-{name}-{task.kind}")),
+        "WebDataset": lambda: c.webdataset_images(jpegs, task, files("wds")),
+        "Mosaic Streaming": lambda: peers.mosaic_images(jpegs, task, files("mds")),
+        "LitData": lambda: peers.litdata_images(jpegs, task, files("litdata")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
     result["beton_share"] = {rows: result["beton_over"][limit] for rows, limit in _LIMITS.items()}
@@ -85,7 +99,7 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
 def _raw_scenario(count: int, directory: str, repeats: int) -> dict:
     images, labels = make_raw_images(count)
     path = c.write_beton_raw(images, labels, os.path.join(directory, "raw.beton"))
-    return _measure({
+    return measure_contenders({
         "beton": lambda: c.beton_raw(path, 512),
         "FFCV 1.0.2": lambda: c.ffcv_raw(images, labels, directory, 512),
         "torch DataLoader (memmap)": lambda: c.torch_raw(images, labels, directory, 512),
@@ -227,6 +241,11 @@ def markdown_table(result: dict) -> str:
               for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
     if shares:
         lines += ["", "beton's share of the decode limits (paired ratios):", *shares]
+    conversions = [f"- {title}: " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in values.items())
+                   for title, scenario in result["scenarios"].items() if (values := scenario.get("conversion_seconds"))]
+    if conversions:
+        lines += ["", "Conversion (writing each contender's files from the JPEGs, before its epochs), seconds:",
+                  *conversions]
     for title, values in result["scenarios"].items():
         if "images_per_s" not in values or not isinstance(values["images_per_s"], dict):
             lines += ["", f"{title}: `{json.dumps(values)}`"]

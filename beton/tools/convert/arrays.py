@@ -30,6 +30,7 @@ from beton.fields.base import Field
 from beton.fields.ndarray import TORCH_DTYPES
 from beton.storage import format as fmt
 from beton.tools.convert.report import ConversionError, ConversionReport, base_metadata, write
+from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["fields_for_arrays", "arrays", "numpy_file", "torch_file"]
 
@@ -130,14 +131,15 @@ class _Columns:
 
 def arrays(arrays: Mapping[str, Any], output: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None,
            num_workers: int = -1, page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
-           source: Mapping[str, Any] | None = None) -> ConversionReport:
-    """Write same-length numpy arrays or torch tensors, one field per entry (see :func:`fields_for_arrays`)."""
+           source: Mapping[str, Any] | None = None, remote: RemoteOptions | None = None) -> ConversionReport:
+    """Write same-length numpy arrays or torch tensors, one field per entry (see :func:`fields_for_arrays`);
+    ``output`` may be a URL, reached as ``remote`` says (as for :class:`~beton.DatasetWriter`)."""
     fields = fields_for_arrays(arrays)
     kind = "torch" if any(_is_torch(array) for array in arrays.values()) else "numpy"
     columns = _Columns([arrays[name] for name in fields], list(fields.values()))
     return write(output, fields, columns, indexed=True, source_name=lambda index: f"sample {index}",
                  metadata=base_metadata(kind, source or {}, None, metadata), num_workers=num_workers,
-                 page_size=page_size, progress=progress)
+                 page_size=page_size, progress=progress, remote=remote)
 
 
 def numpy_file(source: str | os.PathLike[str], output: str | os.PathLike[str], *, name: str = "data",

@@ -4,7 +4,8 @@ Every converter prints its :class:`~beton.tools.convert.report.ConversionReport`
 throughput, fields, class names, notes, and every skipped source with its reason); ``--report FILE.json`` also
 writes it as JSON. Exit status: 0 when the file was written (also when ``--on-error skip`` left sources out:
 they are listed), 1 when the conversion failed (the first bad source is named) or every source was skipped
-(either way the output path is left as it was), 2 for bad arguments.
+(either way the output path is left as it was), 2 for bad arguments. The output may be a URL (``s3://...``): the file
+is written locally and uploaded once complete, reached as ``--storage-options``, ``--retries``... say.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def _add_common_options(parser: argparse.ArgumentParser, on_error: bool = True) 
 
 def _writing(arguments: argparse.Namespace) -> dict[str, Any]:
     options = {"num_workers": arguments.num_workers, "page_size": arguments.page_size,
-               "metadata": arguments.metadata, "progress": not arguments.no_progress}
+               "metadata": arguments.metadata, "progress": not arguments.no_progress, "remote": arguments.remote}
     if hasattr(arguments, "on_error"):
         options["on_error"] = arguments.on_error
     return options
@@ -224,9 +225,11 @@ def _webdataset(arguments: argparse.Namespace) -> int:
                    arguments)
 
 
-def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
+def add_convert_parser(commands: Any, escape: Callable[[str], str],
+                       add_remote_flags: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add ``convert`` and its kinds to the ``beton`` command's subparsers; ``escape`` makes text taken from the
-    data safe to print (the command's own ``printable``)."""
+    data safe to print (the command's own ``printable``); ``add_remote_flags`` adds the flags that say how an
+    output at a URL is reached (the command's own, building ``arguments.remote``)."""
     convert = commands.add_parser("convert", help="write a .beton file from another layout",
                                   description=__doc__.split("\n\n", 1)[1].strip())
     convert.set_defaults(escape=escape)
@@ -237,22 +240,24 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
                                           "by content; every stored JPEG is checked to decode; class names and "
                                           "the source folder are stored in the file's metadata.")
     folder.add_argument("source", type=_existing_path, metavar="SRC_DIR", help="folder of class folders")
-    folder.add_argument("output", metavar="OUT.beton", help="the file to write")
+    folder.add_argument("output", metavar="OUT.beton", help="the file to write, a path or URL (uploaded once complete)")
     folder.add_argument("--follow-links", action="store_true",
                         help="follow symbolic links that lead out of SRC_DIR (by default they are refused; links "
                              "to SRC_DIR itself or above it are never followed)")
     _add_file_size_option(folder, "image files")
     _add_image_options(folder)
     _add_common_options(folder)
+    add_remote_flags(folder)
     folder.set_defaults(run=_imagefolder)
 
     for name, runner, help_text in (("numpy", _numpy, ".npy or .npz: one field per array"),
                                     ("torch", _torch, ".pt: a tensor, or a dict/list of tensors, one field each")):
         sub = kinds.add_parser(name, help=help_text, description=help_text + " (first dimension = samples)")
         sub.add_argument("source", type=_existing_path, metavar="IN", help="the file to read")
-        sub.add_argument("output", metavar="OUT.beton", help="the file to write")
+        sub.add_argument("output", metavar="OUT.beton", help="the file to write, a path or URL (uploaded once complete)")
         sub.add_argument("--name", default="data", help="field name for a file holding a single array (default data)")
         _add_common_options(sub, on_error=False)
+        add_remote_flags(sub)
         sub.set_defaults(run=runner)
 
     table = kinds.add_parser("parquet", help="Parquet files or folders (Hugging Face datasets): one field per column",
@@ -262,13 +267,14 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
                                          "pyarrow (pip install 'beton[parquet]').")
     table.add_argument("sources", nargs="+", type=_existing_path, metavar="IN",
                        help="Parquet files, or folders searched for *.parquet")
-    table.add_argument("output", metavar="OUT.beton", help="the file to write")
+    table.add_argument("output", metavar="OUT.beton", help="the file to write, a path or URL (uploaded once complete)")
     table.add_argument("--columns", default=None, metavar="A,B,...",
                        help="the columns to store, in this order (default: all)")
     table.add_argument("--type", action="append", default=[], type=_assignment(COLUMN_KINDS), metavar="COLUMN=KIND",
                        help=f"store a column as KIND ({', '.join(COLUMN_KINDS)}); repeatable")
     _add_image_options(table)
     _add_common_options(table)
+    add_remote_flags(table)
     table.set_defaults(run=_parquet)
 
     shards = kinds.add_parser("webdataset", help="WebDataset tar shards: files grouped by key, one field per "
@@ -278,7 +284,7 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
                                           "the key is stored as __key__.")
     shards.add_argument("sources", nargs="+", metavar="SHARDS",
                         help="tar files, brace patterns (train-{000..009}.tar; quote them) or folders")
-    shards.add_argument("output", metavar="OUT.beton", help="the file to write")
+    shards.add_argument("output", metavar="OUT.beton", help="the file to write, a path or URL (uploaded once complete)")
     shards.add_argument("--extensions", default=None, metavar="EXT,...",
                         help="the fields, e.g. 'jpg;png,cls' (';' separates alternatives; default: the "
                              "extensions of the first sample)")
@@ -288,4 +294,5 @@ def add_convert_parser(commands: Any, escape: Callable[[str], str]) -> None:
     _add_file_size_option(shards, "samples with a member")
     _add_image_options(shards)
     _add_common_options(shards)
+    add_remote_flags(shards)
     shards.set_defaults(run=_webdataset)

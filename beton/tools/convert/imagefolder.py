@@ -37,6 +37,7 @@ from typing import Any
 
 from beton.fields import IntField
 from beton.storage import format as fmt
+from beton.storage.remote.options import RemoteOptions
 from beton.tools.convert.images import IMAGE_EXTENSIONS, ImageOptions
 from beton.tools.convert.report import (DEFAULT_MAX_FILE_BYTES, ConversionError, ConversionReport, ConversionWarning,
                                        SkippedSource, base_metadata, check_max_file_bytes, write)
@@ -231,6 +232,7 @@ def _read_regular_file(path: str, max_file_bytes: int | None) -> bytes:
 def imagefolder(source: str | os.PathLike[str], output: str | os.PathLike[str], *, on_error: str = "fail",
                 metadata: dict[str, Any] | None = None, num_workers: int = -1,
                 page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True, follow_links: bool = False,
+                remote: RemoteOptions | None = None,
                 max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES, **image_options: Any) -> ConversionReport:
     """Write an image folder (see the module docstring) as fields ``image`` and ``label``.
 
@@ -241,7 +243,7 @@ def imagefolder(source: str | os.PathLike[str], output: str | os.PathLike[str], 
             it; "skip": such files are left out and listed in the report.
         metadata: extra file-level metadata; the class names (``metadata["classes"]["label"]``), the source root
             and the beton version are stored anyway.
-        num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
+        num_workers, page_size, progress, remote: as for :class:`~beton.DatasetWriter` (``output`` may be a URL).
         follow_links: follow symbolic links that lead out of the folder (by default such a link is a bad
             source, as are links to the folder itself or above it, which are never followed).
         max_file_bytes: the largest file read (checked before reading; None: no cap). A larger file, or one
@@ -273,7 +275,7 @@ def imagefolder(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     report = write(output, {"image": field, "label": IntField()}, folder, indexed=True,
                    source_name=lambda index: folder.samples[index][0], metadata=stored, on_error=on_error,
                    skipped_before=skipped_before, notes=notes, num_workers=num_workers, page_size=page_size,
-                   progress=progress)
+                   progress=progress, remote=remote)
     return _with_emptied_classes(report, folder)
 
 

@@ -55,6 +55,7 @@ from beton.tools.convert.arrow_arrays import (BadValue, fitted, fixed_arrays, fi
                                              ragged_layout)
 from beton.tools.convert.images import ImageOptions, sniff_image_format
 from beton.tools.convert.report import ConversionError, ConversionReport, SkippedSource, base_metadata, write
+from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["parquet", "COLUMN_KINDS", "parquet_files"]
 
@@ -98,7 +99,7 @@ def parquet_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[s
 def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *,
             columns: Sequence[str] | None = None, types: Mapping[str, str] | None = None, on_error: str = "fail",
             metadata: Mapping[str, Any] | None = None, num_workers: int = -1,
-            page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
+            page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True, remote: RemoteOptions | None = None,
             **image_options: Any) -> ConversionReport:
     """Write Parquet rows as samples, one field per column (see the module docstring).
 
@@ -110,7 +111,7 @@ def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
             choice.
         on_error: "fail" or "skip" (rows with a null where the field cannot hold one, or a bad image).
         metadata: extra file-level metadata (class names of HF ClassLabel columns and the sources are stored).
-        num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
+        num_workers, page_size, progress, remote: as for :class:`~beton.DatasetWriter` (``output`` may be a URL).
         image_options: :class:`~beton.tools.convert.images.ImageOptions` for image columns.
     """
     pa = _pyarrow()
@@ -134,7 +135,7 @@ def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
     rows = _Rows(files, names, plans, on_error, pa)
     return write(output, fields, rows, indexed=False, source_name=rows.source_name, metadata=stored,
                  on_error=on_error, length=rows.total, skipped_before=rows.skipped, num_workers=num_workers,
-                 page_size=page_size, progress=progress)
+                 page_size=page_size, progress=progress, remote=remote)
 
 
 def _check_columns(files: list[str], schema: Any, names: list[str], pa: Any) -> None:

@@ -19,6 +19,7 @@ from beton.errors import BetonError, DatasetError, EncodeError, WriterError
 from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.storage.writer import ON_ERROR, DatasetWriter, sample_problem
+from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["ConversionError", "ConversionWarning", "ConversionReport", "SkippedSource", "write", "base_metadata",
            "DEFAULT_MAX_FILE_BYTES", "check_max_file_bytes"]
@@ -127,7 +128,7 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
           source_name: Callable[[int], str], metadata: Mapping[str, Any], on_error: str = "fail",
           length: int | None = None, skipped_before: Iterable[SkippedSource] = (), notes: Iterable[str] = (),
           num_workers: int = -1, page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
-          chunksize: int = 100) -> ConversionReport:
+          chunksize: int = 100, remote: RemoteOptions | None = None) -> ConversionReport:
     """Write ``samples`` (an indexed dataset when ``indexed``, else an iterable) and report it.
 
     ``source_name(i)`` names sample i's source (its index in the dataset, or its position in the iterable);
@@ -141,7 +142,7 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
     output = os.fspath(output)
     start = time.perf_counter()
     writer = DatasetWriter(output, fields, num_workers=num_workers, page_size=page_size, progress=progress,
-                           metadata=metadata, on_error=on_error)
+                           metadata=metadata, on_error=on_error, remote=remote)
     try:
         if indexed:
             result = writer.from_indexed_dataset(samples, chunksize=chunksize)
@@ -166,7 +167,7 @@ def write(output: str | os.PathLike[str], fields: Mapping[str, Field], samples: 
     notes = list(notes) + [f"{count} sample{'s' if count != 1 else ''} {message}" for message, count in counted.items()]
     seconds = time.perf_counter() - start
     return ConversionReport(output, result.num_samples, {name: field.describe() for name, field in fields.items()},
-                            dict(metadata), tuple(skipped), tuple(notes), seconds, os.path.getsize(output))
+                            dict(metadata), tuple(skipped), tuple(notes), seconds, result.size)
 
 
 def _size(count: int) -> str:

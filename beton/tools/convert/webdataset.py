@@ -39,6 +39,7 @@ from beton import _json
 from beton.fields import BytesField, IntField, JSONField
 from beton.fields.base import Field
 from beton.storage import format as fmt
+from beton.storage.remote.options import RemoteOptions
 from beton.tools.convert.images import ImageOptions
 from beton.tools.convert.report import (DEFAULT_MAX_FILE_BYTES, ConversionError, ConversionReport, SkippedSource,
                                        base_metadata, check_max_file_bytes, write)
@@ -108,7 +109,8 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
                *, extensions: Sequence[str] | None = None, types: Mapping[str, str] | None = None,
                keep_key: bool = True, on_error: str = "fail", metadata: Mapping[str, Any] | None = None,
                num_workers: int = -1, page_size: int = fmt.DEFAULT_PAGE_SIZE, progress: bool = True,
-               max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES, **image_options: Any) -> ConversionReport:
+               max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES, remote: RemoteOptions | None = None,
+               **image_options: Any) -> ConversionReport:
     """Write the samples of WebDataset shards (see the module docstring).
 
     Args:
@@ -120,7 +122,7 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
         on_error: "fail" or "skip" (samples missing a field's extension, with values that cannot be parsed, or
             with a bad image; a damaged shard's remaining samples).
         metadata: extra file-level metadata (the shards are stored).
-        num_workers, page_size, progress: as for :class:`~beton.DatasetWriter`.
+        num_workers, page_size, progress, remote: as for :class:`~beton.DatasetWriter` (``output`` may be a URL).
         max_file_bytes: the largest member read (by its header's size); a sample with a larger member is bad and
             the member is not read (None: no cap).
         image_options: :class:`~beton.tools.convert.images.ImageOptions` for image extensions.
@@ -146,7 +148,7 @@ def webdataset(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     stored = base_metadata("webdataset", {"shards": [os.path.abspath(path) for path in paths]}, None, metadata)
     return write(output, fields, samples, indexed=False, source_name=samples.source_name, metadata=stored,
                  on_error=on_error, skipped_before=samples.skipped, num_workers=num_workers, page_size=page_size,
-                 progress=progress, chunksize=_CHUNK_SAMPLES)
+                 progress=progress, chunksize=_CHUNK_SAMPLES, remote=remote)
 
 
 def _kind(extension: str, types: Mapping[str, str]) -> str:
