@@ -5,14 +5,28 @@
 
 Seed files cover every built-in field kind (int, float, ndarray, torch tensor, bytes, JSON, and images stored
 raw, JPEG, lossless 8/16-bit, progressive and scan-grouped progressive), a field of an unregistered type, a
-file with file-level metadata (format version 2), and the two FFCV files of tests/data/ffcv. Case n picks a
+file with file-level metadata (all of them format version 3, with content digests), a version-1 file without
+digests (tests/data/version1), and the two FFCV files of tests/data/ffcv. Case n picks a
 seed file and a mutation from a generator seeded with n: structure-aware changes of every table (header counts
 and table references, field records, their strings - hostile JSON and dtypes -, any member of any data-table
 record, allocations, page checksums, the metadata table; for FFCV files its header, descriptors, metadata and
 allocation table), or byte-level flips, writes, splices, truncations and extensions. Beton files are then re-signed (every CRC32 recomputed wherever the header's references lie
 inside the file): checksums protect against accidents, not against whoever edits a file. Half of the byte-level
 damage to beton files is left unsigned instead - an accident (a bad disk, a broken copy) - and must be flagged:
-``beton.verify`` raises, or every sample still reads as in the intact file.
+``beton.verify`` raises, or every sample still reads as in the intact file. Re-signing recomputes the content
+digests of a version-3 file too (page and table digests, the header's content digest), as whoever edits a file
+can: only a pin of the header (a manifest's hash) tells such a file from the original.
+
+Two hostile cases beyond mutations (issue #25):
+
+* **forged** (5% of the cases of version-3 seeds): bytes of one heap page changed and 4 other bytes of the page
+  chosen so that its CRC32 is kept (``tests/forgery.py``), nothing else touched: every CRC32 and the header match,
+  so only the content digests can tell. It must be flagged as an accident must (``beton.verify`` raises, or every
+  sample reads as in the intact file), and a Loader epoch with ``verify_content=True`` must raise or read every
+  sample intact.
+* **truncated under a Loader** (5% of the cases): an intact seed read through the OS cache (a memory map) for
+  several epochs while a thread truncates the file at a random byte after a random delay. A SIGBUS is a crash;
+  the only acceptable outcomes are ok (the truncation came after the reads) and a BetonError.
 
 Each case runs in a worker process (several cases per process, a fresh process after any crash): open,
 ``reader[i]`` for every sample, ``beton.verify``, ``beton info``'s description, and a Loader epoch with the
@@ -24,7 +38,8 @@ default pipelines (plus a RandomResizedCrop epoch through the process cache for 
     crash       the worker died (a signal, or an exit the file caused): a bug
     hang        no answer within --timeout seconds: a bug
     memory      the worker went over --kill-rss (default 2 GiB) and was killed: a bug
-    unflagged   accidental (unsigned) damage that verify passed and that changed what a sample reads: a bug
+    unflagged   accidental (unsigned) damage or a forgery that verify (or a verify_content epoch) passed and that
+                changed what a sample reads: a bug
 
 plus the number of cases whose peak RSS (the worker's VmHWM, reset before every case) exceeded 1 GiB, the worst
 peak and the slowest case. Exit status 1 when any case is a bug or went over 1 GiB.
@@ -55,8 +70,12 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FFCV_FIXTURES = ROOT / "tests" / "data" / "ffcv"
+VERSION1_FIXTURE = ROOT / "tests" / "data" / "version1" / "basic.beton"  # a file without content digests
+sys.path.insert(0, str(ROOT / "tests"))
+from forgery import forge_keeping_crc32  # noqa: E402
 BUGS = ("other", "crash", "hang", "memory", "unflagged")
 UNSIGNED = " (unsigned)"
+FORGED = " (forged, CRC32s kept)"
 RSS_GOAL = 1 << 30
 MAX_SAMPLES_READ = 64
 
@@ -126,6 +145,8 @@ def make_seed_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         path = folder / f"ffcv_{mode}.beton"
         path.write_bytes(gzip.decompress((FFCV_FIXTURES / f"ffcv_v2_{mode}.beton.gz").read_bytes()))
         made[f"ffcv_{mode}"] = path
+    made["version1"] = folder / "version1.beton"  # written before content digests
+    made["version1"].write_bytes(VERSION1_FIXTURE.read_bytes())
     return made
 
 
@@ -187,6 +208,8 @@ class Parts:
                   "allocation_table": self.allocations.tobytes(), "page_checksums": checksums}
         if self.metadata is not None:
             tables["metadata"] = self.metadata
+        if int(header["version"]) >= fmt.DIGESTS_VERSION:  # its size here; its digests are resign()'s
+            tables["digest_table"] = bytes((len(checksums) // 4 + len(fmt.DIGESTED_TABLES)) * fmt.DIGEST_SIZE)
         for name, blob in tables.items():
             out += bytes(-len(out) % 64)
             header[name]["offset"], header[name]["size"], header[name]["crc32"] = len(out), len(blob), zlib.crc32(blob)
@@ -217,7 +240,18 @@ def resign(content: bytes) -> bytes:
         crcs = [zlib.crc32(out[at : min(at + page_size, heap_end)])
                 for at in range(fmt.HEAP_OFFSET, fmt.HEAP_OFFSET + count * page_size, page_size)]
         out[pages[0] : pages[1]] = np.array(crcs, "<u4").tobytes()
-    for name in ("field_table", "data_table", "allocation_table", "page_checksums", "metadata"):
+    digests = span("digest_table")
+    if digests and pages and (digests[1] - digests[0]) == ((pages[1] - pages[0]) // 4 + 5) * fmt.DIGEST_SIZE:
+        from beton.storage.digests import digest
+
+        count = (pages[1] - pages[0]) // 4
+        table = [digest(out[at : min(at + page_size, heap_end)])
+                 for at in range(fmt.HEAP_OFFSET, fmt.HEAP_OFFSET + count * page_size, page_size)]
+        table += [digest(out[where[0] : where[1]]) if (where := span(name)) else bytes(fmt.DIGEST_SIZE)
+                  for name in fmt.DIGESTED_TABLES]
+        out[digests[0] : digests[1]] = b"".join(table)
+        record["content_digest"] = digest(out[digests[0] : digests[1]])
+    for name in ("field_table", "data_table", "allocation_table", "page_checksums", "metadata", "digest_table"):
         where = span(name)
         if where:
             record[name]["crc32"] = zlib.crc32(out[where[0] : where[1]])
@@ -410,12 +444,47 @@ def mutate_bytes(content: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     return f"bytes {what}", bytes(out)
 
 
+def forge_page(content: bytes, rng: np.random.Generator) -> tuple[str, bytes] | None:
+    """Bytes of one heap page changed, and 4 more chosen so that the page's CRC32 is kept (None: no page of 8
+    bytes or more)."""
+    from beton.storage import format as fmt
+
+    header = np.frombuffer(content[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]
+    page_size, heap_size = int(header["page_size"]), int(header["heap_size"])
+    page = int(rng.integers(fmt.page_count(heap_size, page_size)))
+    start = fmt.HEAP_OFFSET + page * page_size
+    end = min(start + page_size, fmt.HEAP_OFFSET + heap_size)
+    if end - start < 8:
+        return None
+    out = bytearray(content)
+    free = start + int(rng.integers(end - start - 3))
+    places = [at for at in rng.integers(start, end, int(rng.integers(1, 9))).tolist() if not free <= at < free + 4]
+    forge_keeping_crc32(out, start, end, {at: bytes([out[at] ^ int(rng.integers(1, 256))]) for at in places}, free)
+    return f"forge: {len(places)} bytes of heap page {page} changed, 4 at {free - start} keep its CRC32", bytes(out)
+
+
+def truncation_of(case: int) -> tuple[int, float] | None:
+    """For a truncated-under-a-Loader case: (fraction of the file kept in thousandths, delay in seconds)."""
+    rng = np.random.default_rng([20261127, case])
+    if rng.random() >= 0.05:
+        return None
+    return int(rng.integers(0, 1000)), float(rng.uniform(0, 0.05))
+
+
 def make_case(case: int, seeds: dict[str, pathlib.Path], dtypes: dict[str, np.dtype]) -> tuple[str, bytes]:
     """Case ``case``'s description and file content: a pure function of the case number and the seed files."""
     rng = np.random.default_rng([20261123, case])
     names = sorted(seeds)
     name = names[case % len(names)]
     content = seeds[name].read_bytes()
+    truncation = truncation_of(case)
+    if truncation is not None:
+        return (f"{name}: intact, truncated to {truncation[0] / 10:.1f}% under an OS-cache Loader after "
+                f"{truncation[1] * 1000:.0f} ms"), content
+    if not name.startswith(("ffcv", "version1")) and rng.random() < 0.05:
+        forged = forge_page(content, rng)
+        if forged is not None:
+            return f"{name}: {forged[0]}{FORGED}", forged[1]
     if rng.random() < 0.2:
         what, mutated = mutate_bytes(content, rng)
         if not name.startswith("ffcv") and rng.random() < 0.5:
@@ -436,14 +505,15 @@ class UnflaggedWrongData(Exception):
 
 
 def original_of(what: str, seeds: dict[str, pathlib.Path]) -> str | None:
-    """The intact seed file of an unsigned (accidental) case, else None."""
-    return str(seeds[what.split(":", 1)[0]]) if what.endswith(UNSIGNED) else None
+    """The intact seed file of an unsigned (accidental) or forged case, else None."""
+    return str(seeds[what.split(":", 1)[0]]) if what.endswith((UNSIGNED, FORGED)) else None
 
 
-def exercise(path: str, case: int, original: str | None = None) -> list[Callable[[], None]]:
+def exercise(path: str, case: int, original: str | None = None, forged: bool = False) -> list[Callable[[], None]]:
     """Everything a user does with a downloaded file, as independent steps: open and read every sample, describe
     it (``beton info``), verify it, load an epoch with default pipelines and one with image crops; for accidental
-    damage, also that whatever verify passes reads as the intact ``original``."""
+    damage and forgeries, also that whatever verify passes reads as the intact ``original`` (for forgeries, also
+    whatever a ``verify_content`` epoch passes). A truncated-under-a-Loader case is that one step."""
     import beton
     from beton.tools.cli import describe
     from beton.fields import RGBImageField, UnknownField
@@ -478,9 +548,14 @@ def exercise(path: str, case: int, original: str | None = None) -> list[Callable
         if crops:
             _epoch(path, {**{name: None for name in fields}, **crops}, os_cache=case % 2 == 1)
 
-    def flagged_or_unchanged() -> None:
+    def flagged_or_unchanged(verify_content: bool = False) -> None:
         try:
-            beton.verify(path)
+            if verify_content:  # a forgery: reads that check content must flag it too
+                with beton.Reader(path) as reader:
+                    dropped = {name: None for name, field in reader.fields.items() if isinstance(field, UnknownField)}
+                _epoch(path, dropped, os_cache=case % 2 == 0, verify_content=True)
+            else:
+                beton.verify(path)
             with beton.Reader(path) as damaged, beton.Reader(original) as intact:
                 if len(damaged) != len(intact):
                     raise UnflaggedWrongData(f"{len(damaged)} samples instead of {len(intact)}")
@@ -490,7 +565,31 @@ def exercise(path: str, case: int, original: str | None = None) -> list[Callable
         except beton.errors.BetonError:
             pass  # flagged: on open, by verify, or when the sample is read
 
-    return [read, lambda: beton.verify(path), epochs] + ([flagged_or_unchanged] if original else [])
+    def truncated_under_loader() -> None:
+        kept, delay = truncation_of(case)
+        cut = os.path.getsize(path) * kept // 1000
+        with beton.Reader(path) as reader:
+            dropped = {name: None for name, field in reader.fields.items() if isinstance(field, UnknownField)}
+        if reader.format.startswith("FFCV") or len(dropped) == len(reader.fields):
+            return
+        timer = threading.Timer(delay, os.truncate, (path, cut))
+        with beton.Loader(path, batch_size=2, num_workers=2, order=beton.OrderOption.RANDOM, seed=0,
+                          os_cache=True, pipelines=dropped) as loader:
+            timer.start()
+            try:
+                deadline = time.monotonic() + delay + 0.05
+                while time.monotonic() < deadline:  # epochs until the truncation has happened, and one more
+                    for _ in loader:
+                        pass
+            finally:
+                timer.join()
+
+    if truncation_of(case) is not None:
+        return [truncated_under_loader]
+    checks = [flagged_or_unchanged] if original else []
+    if forged:
+        checks.append(lambda: flagged_or_unchanged(verify_content=True))
+    return [read, lambda: beton.verify(path), epochs] + checks
 
 
 def _same(first: Any, second: Any) -> bool:
@@ -504,11 +603,11 @@ def _same(first: Any, second: Any) -> bool:
     return type(first) is type(second) and first == second
 
 
-def _epoch(path: str, pipelines: dict, os_cache: bool) -> None:
+def _epoch(path: str, pipelines: dict, os_cache: bool, verify_content: bool = False) -> None:
     import beton
 
     with beton.Loader(path, batch_size=4, num_workers=1, order=beton.OrderOption.RANDOM, seed=0,
-                      os_cache=os_cache, pipelines=pipelines) as loader:
+                      os_cache=os_cache, pipelines=pipelines, verify_content=verify_content) as loader:
         for _ in loader:
             pass
 
@@ -541,7 +640,8 @@ def worker() -> None:
         request = json.loads(line)
         _reset_peak_rss()
         start = time.perf_counter()
-        outcome, detail = classify(exercise(request["path"], request["case"], request.get("original")))
+        outcome, detail = classify(exercise(request["path"], request["case"], request.get("original"),
+                                            request.get("forged", False)))
         answers.write(json.dumps({"outcome": outcome, "detail": detail, "seconds": time.perf_counter() - start,
                                   "rss": _peak_rss()}) + "\n")
         answers.flush()
@@ -584,10 +684,11 @@ class Worker:
                                                 stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
         return self.process
 
-    def run(self, path: str, case: int, original: str | None = None) -> dict:
+    def run(self, path: str, case: int, original: str | None = None, forged: bool = False) -> dict:
         process = self._start()
         # the first case of a fresh worker also waits for its imports
-        process.stdin.write((json.dumps({"path": path, "case": case, "original": original}) + "\n").encode())
+        request = {"path": path, "case": case, "original": original, "forged": forged}
+        process.stdin.write((json.dumps(request) + "\n").encode())
         process.stdin.flush()
         start, peak = time.monotonic(), 0
         while True:
@@ -675,7 +776,7 @@ def fuzz(cases: range, jobs: int = 2, timeout: float = 60.0, kill_rss: int = 2 <
                     what, content = make_case(case, seeds, dtypes)
                     path = folder / f"case{slot}.beton"
                     path.write_bytes(content)
-                    result = runner.run(str(path), case, original_of(what, seeds))
+                    result = runner.run(str(path), case, original_of(what, seeds), what.endswith(FORGED))
                     with lock:
                         summary.add(case, what, result)
                         done = sum(summary.counts.values())
@@ -715,7 +816,7 @@ def replay(case: int, keep: pathlib.Path | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         print(f"case {case}: {what} -> {path}")
-        print(classify(exercise(str(path), case, original_of(what, seeds))))
+        print(classify(exercise(str(path), case, original_of(what, seeds), what.endswith(FORGED))))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,9 @@ comes from a manifest file (:func:`read_manifest`) or is built in memory from fi
 structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens one shard when asked and checks it
 against what the manifest says, so a Loader can open shards lazily.
 
-Why the header's hash identifies a shard: the header holds the CRC32 of every table, the page-checksum table holds
-every page's CRC32, so a changed byte anywhere changes the header (as far as CRC32 tells changes apart), and
-hashing 256 bytes costs nothing. The file format (docs/format.md, "Manifest files")::
+Why the header's hash identifies a shard: a version-3 header holds the BLAKE2b-256 of the digest table, which holds
+every page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing
+(older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
      "fields": [{"name": "image", "type": "beton.RGBImageField", "arguments": {...},
@@ -232,8 +232,10 @@ class Manifest:
     def open_shard(self, number: int, **reader_options: Any) -> Reader:
         """Open shard ``number`` as a :class:`~beton.storage.reader.Reader` (``reader_options`` as the Reader's;
         ``remote`` defaults to the manifest's own) and check it against the manifest (:meth:`check_shard`); the
-        caller closes it."""
+        caller closes it. The shards of a manifest file are read with their content digests checked where they have
+        them (``verify_content=None``): the header hash it lists pins those digests."""
         reader_options.setdefault("remote", self.remote)
+        reader_options["verify_content"] = self.content_checks(reader_options.get("verify_content", False))
         reader = Reader(self.shards[number].location, **reader_options)
         try:
             self.check_shard(number, reader)
@@ -241,6 +243,11 @@ class Manifest:
             reader.close()
             raise
         return reader
+
+    def content_checks(self, verify_content: bool | None) -> bool | None:
+        """The ``verify_content`` its shards are read with when ``verify_content`` is asked for: as asked, except
+        that the shards of a manifest file are checked at least where they carry digests (None)."""
+        return None if self.source is not None and not verify_content else verify_content
 
     def check_shard(self, number: int, reader: Reader) -> None:
         """Raise :class:`~beton.errors.ShardError`, naming the shard, unless ``reader`` has the header, sample count

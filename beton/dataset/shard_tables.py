@@ -5,8 +5,10 @@ memory layers read them for every sample) and its page geometry, but no shard ne
 are read later, through shards opened when the epoch reaches them. :func:`read_local_tables` reads one local
 shard's tables in one visit (open, map, check, copy, unmap, close: no descriptor or map outlives the call) and
 checks them as :class:`~beton.storage.reader.Reader` checks a file (header, layout, zero padding, every table's
-CRC32, allocations inside the heap), against what the manifest lists for the shard (its header's SHA-256, its
-sample count) and against the first shard's field table. What it leaves to its caller, because it is cheaper once
+CRC32, allocations inside the heap; in a version-3 file the digest table against the header's content digest and,
+where content is checked, every table against its digest), against what the manifest lists for the shard (its
+header's SHA-256, its sample count) and against the first shard's field table. Where content is checked it keeps
+the shard's page digests, which the memory layers check pages against as they first load them. What it leaves to its caller, because it is cheaper once
 over the union than once per shard: each field's record checks (``Field.check_records``) and, where a field table's
 bytes differ from the first shard's, the field comparison (:func:`field_table_bytes` tells them apart). A full
 Reader costs milliseconds a file (it resolves field classes and builds Field objects): fine for one file, minutes
@@ -24,11 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beton.errors import CorruptDataError, FormatError, ShardNotFoundError, error_context
+from beton.errors import BetonError, CorruptDataError, FormatError, ShardNotFoundError, error_context
 from beton.dataset.manifest import Manifest, field_specs
 from beton.storage import format as fmt
-from beton.storage.reader import (TABLES_WITH_METADATA, Reader, _check_allocations, _check_gaps_are_zero, _check_layout,
-                                  _check_sample_count, _parse_field_table, _read_header, _table_names, _typed_table)
+from beton.storage.reader import (_CONTENT_DIGEST_SLICE, _DIGESTS_START, TABLES_WITH_DIGESTS, Reader,
+                                  _check_allocations, _check_gaps_are_zero, _check_layout, _check_sample_count,
+                                  _check_table_digests, _checks_content, _digest_table, _parse_field_table,
+                                  _read_header, _table_names, _typed_table)
 
 __all__ = ["ShardTables", "FirstShard", "read_local_tables", "read_small_tables", "tables_of_reader", "records",
            "SMALL_SHARD_BYTES"]
@@ -38,7 +42,8 @@ __all__ = ["ShardTables", "FirstShard", "read_local_tables", "read_small_tables"
 class ShardTables:
     """One shard's tables and geometry: what the union keeps of it while it is closed. ``size``: the file's size
     when read, checked again when the shard is opened to read pages. ``data`` and ``allocations``: the data and
-    allocation tables' bytes as stored (checked), which the union joins into one array each."""
+    allocation tables' bytes as stored (checked), which the union joins into one array each. ``page_digests``: the
+    BLAKE2b-256 of each page (``num_pages * DIGEST_SIZE`` bytes) where the shard's content is checked, else None."""
 
     size: int
     num_samples: int
@@ -49,6 +54,7 @@ class ShardTables:
     data: bytes
     allocations: bytes
     metadata_json: bytes
+    page_digests: bytes | None = None
 
     def data_table(self, dtype: np.dtype) -> np.ndarray:
         return records(self.data, dtype, (self.num_samples,))
@@ -81,15 +87,17 @@ def tables_of_reader(reader: Reader) -> tuple[ShardTables, FirstShard]:
     blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in _table_names(reader.header)}
     tables = ShardTables(len(reader.file_map), reader.num_samples, reader.num_pages, reader.page_size,
                          reader.heap_offset, reader.heap_size, blobs["data_table"], blobs["allocation_table"],
-                         blobs.get("metadata", b"{}"))
+                         blobs.get("metadata", b"{}"),
+                         reader.page_digests.tobytes() if reader.verify_content else None)
     header = reader.header
     return tables, FirstShard(blobs["field_table"], int(header["num_fields"]), int(header["num_payload_fields"]),
                               reader.data_table.dtype)
 
 
-def read_local_tables(manifest: Manifest, number: int, first: FirstShard) -> ShardTables:
-    """Shard ``number`` of ``manifest`` (a local path), read and checked as the module docstring says.
-    ShardNotFoundError, or a FormatError, CorruptDataError or ShardError naming the shard."""
+def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify_content: bool | None) -> ShardTables:
+    """Shard ``number`` of ``manifest`` (a local path), read and checked as the module docstring says, its content
+    as ``Reader(verify_content=...)`` checks it. ShardNotFoundError, or a FormatError, CorruptDataError or
+    ShardError naming the shard."""
     shard = manifest.shards[number]
     with error_context(path=shard.location):
         try:
@@ -105,7 +113,7 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard) -> Sha
         finally:
             os.close(descriptor)
         try:
-            return _tables(manifest, number, np.frombuffer(mapping, np.uint8), first)
+            return _tables(manifest, number, np.frombuffer(mapping, np.uint8), first, verify_content)
         finally:
             try:
                 mapping.close()
@@ -113,7 +121,8 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard) -> Sha
                 pass
 
 
-def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstShard) -> ShardTables:
+def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstShard,
+            verify_content: bool | None) -> ShardTables:
     header = _read_header(file_map)
     manifest.check_head(number, header.tobytes(), int(header["num_samples"]))
     _check_layout(header, len(file_map))
@@ -134,11 +143,18 @@ def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstS
     data = _typed_table(tables["data_table"], first.data_dtype, (num_samples,), "data_table")
     allocation = _typed_table(tables["allocation_table"], fmt.ALLOCATION_DTYPE, (num_samples, num_columns),
                               "allocation_table")
+    num_pages = int(header["num_pages"])
+    _typed_table(tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (num_pages,), "page_checksums")
+    table_digests = _digest_table(header, tables["digest_table"]) if "digest_table" in tables else None
+    page_digests = None
+    if _checks_content(verify_content, header, table_digests is not None):
+        _check_table_digests(file_map, header, table_digests)
+        page_digests = table_digests[:num_pages].tobytes()
     heap_offset, heap_size = int(header["heap_offset"]), int(header["heap_size"])
     _check_allocations(allocation, heap_offset, heap_size, lambda column: f"payload column {column}")
     metadata = tables["metadata"].tobytes() if "metadata" in tables else b"{}"
-    return ShardTables(len(file_map), num_samples, int(header["num_pages"]), int(header["page_size"]), heap_offset,
-                       heap_size, data.tobytes(), allocation.tobytes(), metadata)
+    return ShardTables(len(file_map), num_samples, num_pages, int(header["page_size"]), heap_offset, heap_size,
+                       data.tobytes(), allocation.tobytes(), metadata, page_digests)
 
 
 def _region(file_map: np.ndarray, header: np.void, name: str) -> np.ndarray:
@@ -154,7 +170,8 @@ SMALL_SHARD_BYTES = 1 << 20
 _SHARDS_AT_ONCE = 256  # small shards read and checked together: at most 256 MiB of files held at once
 
 
-def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstShard) -> list[ShardTables]:
+def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstShard,
+                      verify_content: bool | None) -> list[ShardTables]:
     """The tables of local shards ``numbers``, in order, as :func:`read_local_tables` gives them, for a fraction of
     its cost per shard: each shard of at most :data:`SMALL_SHARD_BYTES` is read whole in one call and closed, and
     all are checked together, by vectorised forms of the same checks (the same rules; the Reader's functions stay
@@ -170,9 +187,10 @@ def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstSh
         if small:
             chosen = [contents[position] for position in small]
             headers = np.frombuffer(b"".join(content[: fmt.HEADER_SIZE] for content in chosen), fmt.HEADER_DTYPE)
-            passed[small] = _pass_checks(manifest, [chunk[position] for position in small], chosen, headers, first)
-            made = dict(zip(small, _small_tables(chosen, headers, first)))
-        result += [made[position] if passed[position] else read_local_tables(manifest, number, first)
+            passed[small] = _pass_checks(manifest, [chunk[position] for position in small], chosen, headers, first,
+                                         verify_content)
+            made = dict(zip(small, _small_tables(chosen, headers, verify_content)))
+        result += [made[position] if passed[position] else read_local_tables(manifest, number, first, verify_content)
                    for position, number in enumerate(chunk)]
     return result
 
@@ -195,7 +213,7 @@ def _read_small(location: str) -> bytes | None:
 
 
 def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], headers: np.ndarray,
-                 first: FirstShard) -> np.ndarray:
+                 first: FirstShard, verify_content: bool | None) -> np.ndarray:
     """Which shards pass every check of :func:`_tables`, run over all of them at once."""
     sizes = np.array([len(content) for content in contents], np.uint64)
     shards = manifest.shards
@@ -208,6 +226,11 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
     metadata_ref = headers["metadata"]
     unused = (metadata_ref["offset"] == 0) & (metadata_ref["size"] == 0) & (metadata_ref["crc32"] == 0)
     ok &= (version != fmt.FORMAT_VERSION) | (unused & (metadata_ref["reserved"] == 0))
+    raw_headers = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
+    with_digests = version >= fmt.DIGESTS_VERSION
+    ok &= with_digests | ~raw_headers[:, _DIGESTS_START : _CONTENT_DIGEST_SLICE.stop].any(axis=1)
+    if verify_content:
+        ok &= with_digests  # else refused, by read_local_tables
     ok &= headers["num_samples"] == np.array([shards[number].num_samples for number in numbers], np.uint64)
     ok &= (headers["num_fields"] == first.num_fields) & (headers["num_payload_fields"] == first.num_payload_fields)
     page_size, heap_size = headers["page_size"], headers["heap_size"]
@@ -217,10 +240,10 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
     ok &= headers["num_pages"] == whole_pages + (heap_size - whole_pages * page_size > 0)
     # regions in file order, each after the one before, the last ending where the file ends
     end = np.full(len(contents), fmt.HEAP_OFFSET, np.uint64)
-    for name in ("heap", *TABLES_WITH_METADATA):
+    for name in ("heap", *TABLES_WITH_DIGESTS):
         start = headers["heap_offset"] if name == "heap" else headers[name]["offset"]
         length = heap_size if name == "heap" else headers[name]["size"]
-        present = version >= fmt.METADATA_VERSION if name == "metadata" else np.ones(len(contents), bool)
+        present = _present(name, version)
         stop = start + length
         ok &= ~present | ((start >= end) & (stop >= start) & (stop <= sizes))
         end = np.where(present, stop, end)
@@ -232,24 +255,39 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
     ok &= headers["allocation_table"]["size"] == samples * np.uint64(first.num_payload_fields *
                                                                      fmt.ALLOCATION_DTYPE.itemsize)
     ok &= headers["page_checksums"]["size"] == headers["num_pages"] * np.uint64(fmt.PAGE_CHECKSUM_DTYPE.itemsize)
-    _check_contents(contents, headers, ok, first)
+    digest_rows = headers["num_pages"] + np.uint64(len(fmt.DIGESTED_TABLES))
+    ok &= ~with_digests | (headers["digest_table"]["size"] == digest_rows * np.uint64(fmt.DIGEST_SIZE))
+    _check_contents(contents, headers, ok, first, verify_content)
     _check_allocations_together(contents, headers, ok, first)
     return ok
 
 
-def _check_contents(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, first: FirstShard) -> None:
+def _present(name: str, version: np.ndarray) -> np.ndarray:
+    """Which shards (of these format versions) have the region ``name``."""
+    if name == "metadata":
+        return version >= fmt.METADATA_VERSION
+    if name == "digest_table":
+        return version >= fmt.DIGESTS_VERSION
+    return np.ones(len(version), bool)
+
+
+def _check_contents(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, first: FirstShard,
+                    verify_content: bool | None) -> None:
     """Clear ``ok`` for the shards (of those still passing) with a non-zero byte between regions, a table whose
-    CRC32 does not match, or a field table other than the first shard's."""
+    CRC32 does not match, a field table other than the first shard's, or (version 3) a digest table that does not
+    match the header's content digest, or where content is checked a table that does not match its digest."""
     regions = [("heap", headers["heap_offset"].tolist(), (headers["heap_offset"] + headers["heap_size"]).tolist(),
                 None)]
-    for name in TABLES_WITH_METADATA:
+    for name in TABLES_WITH_DIGESTS:
         reference = headers[name]
         regions.append((name, reference["offset"].tolist(), (reference["offset"] + reference["size"]).tolist(),
                         reference["crc32"].tolist()))
-    with_metadata = (headers["version"] >= fmt.METADATA_VERSION).tolist()
+    version = headers["version"]
+    region_counts = (1 + len(TABLES_WITH_DIGESTS) - (~_present("metadata", version)).astype(int)
+                     - (~_present("digest_table", version)).astype(int)).tolist()
     for position in np.flatnonzero(ok).tolist():
         content, view, previous = contents[position], memoryview(contents[position]), fmt.HEADER_SIZE
-        for name, starts, ends, crcs in regions if with_metadata[position] else regions[:-1]:
+        for name, starts, ends, crcs in regions[: region_counts[position]]:
             start, end = starts[position], ends[position]
             if content.count(0, previous, start) != start - previous or \
                     (crcs is not None and zlib.crc32(view[start:end]) != crcs[position]):
@@ -259,6 +297,22 @@ def _check_contents(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, 
         else:
             table = regions[1]
             ok[position] = view[table[1][position] : table[2][position]] == first.field_table
+            if ok[position] and region_counts[position] == len(regions):
+                ok[position] = _digests_pass(content, headers[position], verify_content)
+
+
+def _digests_pass(content: bytes, header: np.void, verify_content: bool | None) -> bool:
+    """Whether a version-3 shard read whole passes the digest checks of :func:`_tables`."""
+    file_map = np.frombuffer(content, np.uint8)
+    reference = header["digest_table"]
+    start = int(reference["offset"])
+    try:
+        table_digests = _digest_table(header, file_map[start : start + int(reference["size"])])
+        if verify_content is not False:
+            _check_table_digests(file_map, header, table_digests)
+    except BetonError:
+        return False
+    return True
 
 
 def _check_allocations_together(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, first: FirstShard) -> None:
@@ -281,7 +335,7 @@ def _check_allocations_together(contents: list[bytes], headers: np.ndarray, ok: 
         ok[passing[np.searchsorted(np.cumsum(counts), rows, side="right")]] = False
 
 
-def _small_tables(contents: list[bytes], headers: np.ndarray, first: FirstShard) -> list[ShardTables]:
+def _small_tables(contents: list[bytes], headers: np.ndarray, verify_content: bool | None) -> list[ShardTables]:
     """The tables of shards read whole, where their headers say they lie (of use for those that passed)."""
     def columns(*key: str) -> list[int]:
         values = headers
@@ -293,11 +347,15 @@ def _small_tables(contents: list[bytes], headers: np.ndarray, first: FirstShard)
     allocation_start, allocation_size = columns("allocation_table", "offset"), columns("allocation_table", "size")
     metadata_start, metadata_size = columns("metadata", "offset"), columns("metadata", "size")
     with_metadata = (headers["version"] >= fmt.METADATA_VERSION).tolist()
+    checked = ((headers["version"] >= fmt.DIGESTS_VERSION) & (verify_content is not False)).tolist()
+    digests_start = columns("digest_table", "offset")
     samples, pages, page_sizes = columns("num_samples"), columns("num_pages"), columns("page_size")
     heap_offsets, heap_sizes = columns("heap_offset"), columns("heap_size")
     return [ShardTables(len(content), samples[k], pages[k], page_sizes[k], heap_offsets[k], heap_sizes[k],
                         content[data_start[k] : data_start[k] + data_size[k]],
                         content[allocation_start[k] : allocation_start[k] + allocation_size[k]],
                         content[metadata_start[k] : metadata_start[k] + metadata_size[k]] if with_metadata[k]
-                        else b"{}")
+                        else b"{}",
+                        content[digests_start[k] : digests_start[k] + pages[k] * fmt.DIGEST_SIZE] if checked[k]
+                        else None)
             for k, content in enumerate(contents)]

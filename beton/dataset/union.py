@@ -60,6 +60,7 @@ from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
 from beton.dataset.shard_tables import FirstShard, ShardTables, read_small_tables, tables_of_reader, records
 from beton.storage import format as fmt
+from beton.storage.digests import PageDigests
 from beton.storage.metadata import decode_metadata
 from beton.storage.page_source import LocalFile, PageSource
 from beton.storage.reader import Reader, TableNames
@@ -67,8 +68,8 @@ from beton.storage.remote import RemoteOptions, RemotePageSource, is_url, remote
 from beton.storage.remote.pages import expected_reads
 from beton.dataset.shards import Source, dataset_manifest, names_one_file
 
-__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "content_digest", "OpenedDataset",
-           "DEFAULT_OPEN_SHARDS"]
+__all__ = ["ShardedDataset", "ShardedPages", "open_dataset", "open_page_source", "page_digests", "content_digest",
+           "OpenedDataset", "DEFAULT_OPEN_SHARDS"]
 
 _MAX_CONCURRENT_OPENS = 16  # remote shards whose headers and tables are fetched at once
 #: Shards a dataset's page source holds open at once (a descriptor each, or for a URL a pool of fetch threads):
@@ -82,20 +83,22 @@ OpenedDataset = Union[Reader, "ShardedDataset"]
 
 def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote: RemoteOptions | None = None) -> OpenedDataset:
+                 remote: RemoteOptions | None = None, verify_content: bool = False) -> OpenedDataset:
     """The dataset ``source`` names, opened and validated: a :class:`Reader` for one beton file (a path or URL that
     is neither a glob nor a manifest file: exactly what ``Reader(source)`` gives), else a :class:`ShardedDataset`
     (a list, even of one file; a glob; a manifest file; a Manifest). The arguments are the Reader's."""
     if names_one_file(source):
-        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels, remote=remote)
+        return Reader(source, custom_fields=custom_fields, max_image_pixels=max_image_pixels, remote=remote,
+                      verify_content=verify_content)
     manifest = dataset_manifest(source, remote=remote)
     return ShardedDataset(manifest, description=_describe(source, manifest), custom_fields=custom_fields,
-                          max_image_pixels=max_image_pixels)
+                          max_image_pixels=max_image_pixels, verify_content=verify_content)
 
 
 def content_digest(dataset: OpenedDataset) -> str:
     """A short hex digest naming the dataset's content, not where it lies (the same on another node, under another
-    path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page),
+    path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page, and
+    in format version 3 the digest of its digest table),
     or, for an FFCV file (no checksums), of its tables."""
     if isinstance(dataset, ShardedDataset):
         parts = [shard.header_sha256 for shard in dataset.manifest.shards]
@@ -104,6 +107,17 @@ def content_digest(dataset: OpenedDataset) -> str:
     else:
         parts = [hashlib.sha256(dataset.data_table.tobytes() + dataset.allocation_table.tobytes()).hexdigest()]
     return hashlib.blake2b("/".join(parts).encode(), digest_size=8).hexdigest()
+
+
+def page_digests(dataset: OpenedDataset) -> PageDigests | None:
+    """What a memory layer checks the pages it first loads against (``verify_content``): a new record, no page
+    checked yet, of the digests of the pages of every file whose content is checked; None where none is."""
+    if not isinstance(dataset, ShardedDataset):
+        return PageDigests.of(dataset)
+    if dataset.page_digests is None:
+        return None
+    return PageDigests([shard.location for shard in dataset.manifest.shards], dataset.page_digests,
+                       dataset.first_page, np.repeat(~dataset.content_checked, np.diff(dataset.first_page)))
 
 
 def open_page_source(dataset: OpenedDataset) -> PageSource:
@@ -128,6 +142,12 @@ class ShardedDataset(TableNames):
     shard), ``heap_ends`` (where each shard's heap ends, virtually), ``file_sizes`` (each file's size when opened)
     and ``max_open_shards`` (how many shards its page sources hold open at once).
 
+    ``verify_content`` is the Reader's, per shard (the shards of a manifest file are checked at least where they
+    carry digests: :meth:`~beton.dataset.manifest.Manifest.content_checks`); every shard's tables are checked on
+    opening, and its pages as a Loader first loads them. Attributes: ``verify_content`` (whether any shard's pages
+    are checked), ``content_checked`` (which shards'), ``page_digests`` (the stored digest of every virtual page,
+    zeros where not checked; None when none is).
+
     No shard stays open: opening reads each shard's tables and closes it; pages are read through
     :class:`ShardedPages`, which opens shards as an epoch reaches them. ``dataset[g]`` and :meth:`payload` take
     global sample indices (each opens the shard's Reader for the call). :meth:`close` (or leaving a ``with`` block)
@@ -138,7 +158,8 @@ class ShardedDataset(TableNames):
     def __init__(self, manifest: Manifest, *, description: str | None = None,
                  custom_fields: Mapping[str, type[Field]] | None = None,
                  max_image_pixels: int | None | Literal["environment"] = "environment",
-                 remote: RemoteOptions | None = None, max_open_shards: int = DEFAULT_OPEN_SHARDS) -> None:
+                 remote: RemoteOptions | None = None, max_open_shards: int = DEFAULT_OPEN_SHARDS,
+                 verify_content: bool = False) -> None:
         if not manifest.shards:
             raise ShardError("no shards given: a dataset has at least one file")
         if isinstance(max_open_shards, bool) or not isinstance(max_open_shards, int) or max_open_shards < 1:
@@ -149,15 +170,17 @@ class ShardedDataset(TableNames):
         self.remote_shards = _read_only(np.array([is_url(shard.location) for shard in manifest.shards], bool))
         self._remote = _shared_budget(remote if remote is not None else manifest.remote,
                                       int(self.remote_shards.sum()), max_open_shards)
-        self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels)
+        self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
+                                    verify_content=verify_content)
         self._page_sources: list[ShardedPages] = []
         with self.open_shard(0) as first_reader:
             first_tables, first = tables_of_reader(first_reader)
             self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
             self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
-        tables = [first_tables, *_read_tables(self, first)]
+        tables = [first_tables, *_read_tables(self, first, manifest.content_checks(verify_content))]
         self._join(tables, first)
         self._check_records(tables, first)
+        self._join_digests(tables)
         self._metadata_json = first_tables.metadata_json
         self._other_metadata = {number: table.metadata_json for number, table in enumerate(tables)
                                 if table.metadata_json != first_tables.metadata_json}
@@ -209,6 +232,20 @@ class ShardedDataset(TableNames):
                                    table.allocation_table(first.num_payload_fields),
                                    ReadLimits(self.max_image_pixels, max_payload_bytes=table.size))
             raise
+
+    def _join_digests(self, tables: list[ShardTables]) -> None:
+        """The page digests of the shards whose content is checked, in the virtual page numbering (zeros for the
+        others' pages); ``content_checked``: which shards those are."""
+        checked = np.array([table.page_digests is not None for table in tables], bool)
+        self.content_checked = _read_only(checked)
+        self.verify_content = bool(checked.any())
+        self.page_digests: np.ndarray | None = None
+        if self.verify_content:
+            digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
+            for number in np.flatnonzero(checked).tolist():
+                digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
+                    tables[number].page_digests, np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+            self.page_digests = _read_only(digests)
 
     # ---- the Reader's reading surface ---------------------------------------------------------------------
 
@@ -493,14 +530,14 @@ def _shared_budget(remote: RemoteOptions | None, urls: int, max_open_shards: int
     return dataclasses.replace(remote, prefetch_bytes=max(1, remote.prefetch_bytes // min(urls, max_open_shards)))
 
 
-def _read_tables(dataset: ShardedDataset, first: FirstShard) -> list[ShardTables]:
+def _read_tables(dataset: ShardedDataset, first: FirstShard, verify_content: bool | None) -> list[ShardTables]:
     """The tables of every shard after the first, in order, each shard closed once read (local files together:
-    :func:`~beton.dataset.shard_tables.read_small_tables`; URLs several at once). A failure among the local
-    files is raised before one among the URLs."""
+    :func:`~beton.dataset.shard_tables.read_small_tables`; URLs several at once), their content checked as
+    ``verify_content`` says. A failure among the local files is raised before one among the URLs."""
     numbers = range(1, len(dataset.manifest.shards))
     local = [number for number in numbers if not dataset.remote_shards[number]]
     urls = [number for number in numbers if dataset.remote_shards[number]]
-    tables = dict(zip(local, read_small_tables(dataset.manifest, local, first)))
+    tables = dict(zip(local, read_small_tables(dataset.manifest, local, first, verify_content)))
 
     def remote_tables(number: int) -> ShardTables:
         with dataset.open_shard(number) as reader:

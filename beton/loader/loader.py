@@ -106,6 +106,10 @@ class Loader:
         remote: how files at URLs (and manifests listing them) are read, a :class:`~beton.RemoteOptions`: fsspec's
             ``storage_options``, the page cache on disk (``cache_dir``, ``cache_limit``), requests in flight,
             retries (docs/remote.md); local paths ignore it.
+        verify_content: check every page against the file's BLAKE2b-256 content digest the first time it is loaded
+            (``CorruptDataError`` naming file and page), as ``Reader(verify_content=True)``; a file without digests
+            (written before format version 3) is refused. The shards of a manifest file are checked so whenever
+            they carry digests. Costs a hash of each page once (docs/format.md, "Digest table").
 
     The torch DataLoader's names are accepted where they mean something:
 
@@ -148,6 +152,7 @@ class Loader:
         order_kwargs: Mapping[str, Any] | None = None,
         max_image_pixels: int | None | Literal["environment"] = "environment",
         remote: RemoteOptions | None = None,
+        verify_content: bool = False,
         shuffle: bool | None = None,
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
@@ -173,11 +178,12 @@ class Loader:
             seed=seed, indices=indices, pipelines=pipelines, custom_fields=custom_fields, drop_last=drop_last,
             batches_ahead=batches_ahead, memory=memory, rank=rank, world_size=world_size, copy=copy,
             overwrite_kept=overwrite_kept, compile_options=compile_options, order_kwargs=order_kwargs,
-            max_image_pixels=max_image_pixels, remote=remote, pin_memory=pin_memory, prefetch_factor=prefetch_factor)
+            max_image_pixels=max_image_pixels, remote=remote, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+            verify_content=verify_content)
         ensure_thread_safe_layer()
         # one file (a Reader) or several as one (a ShardedDataset): the rest reads both alike
         self.reader: OpenedDataset = open_dataset(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
-                                                  remote=remote)
+                                                  remote=remote, verify_content=verify_content)
         self.batch_size = batch_size
         self.num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)

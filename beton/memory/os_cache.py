@@ -10,10 +10,12 @@ the memory layer touches the Reader's map only while the Loader is built: tables
 copied then, and payloads are read from a map of the layer's own descriptor
 (:class:`~beton.storage.page_source.LocalFile`). Its size and modification time are checked before every batch,
 and the path's identity when an epoch starts, so a file truncated, rewritten or replaced raises
-:class:`~beton.errors.FormatError` naming the file in the training loop. What remains: a truncation after a
-batch's check and before its decoders have read its payloads still raises SIGBUS (see "Memory" in
-docs/loader.md). A file replaced by a rename keeps being read from the file the Loader opened until the next
-epoch starts, which raises.
+:class:`~beton.errors.FormatError` naming the file in the training loop. A check cannot stop a truncation between
+it and the decoders' reads: a read lease on the descriptor does (:mod:`beton.memory.file_lease`: whoever truncates
+the file or opens it for writing waits until no batch reads the map, and the next batch raises). Where the
+kernel grants no lease (another user's file, NFS: ``layer.lease.held`` is False), that window remains (see
+"Memory" in docs/loader.md). A file replaced by a rename keeps being read from the file the Loader opened until
+the next epoch starts, which raises.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import mmap
 import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
+from beton.memory.file_lease import FileLease
+from beton.memory.page_schedule import Heap
 from beton.memory.staging import stage_buffer, staged_source
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
+from beton.storage.digests import PageDigests
 from beton.storage.page_source import LocalFile
-from beton.dataset.union import OpenedDataset, ShardedDataset, ShardedPages, open_page_source
+from beton.dataset.union import OpenedDataset, ShardedDataset, ShardedPages, open_page_source, page_digests
 from beton.storage.reader import Reader
 
 __all__ = ["OSCache", "OSCacheLayer", "ShardMapsLayer"]
@@ -54,8 +59,8 @@ class OSCache(MemoryStrategy):
 class OSCacheLayer(MemoryLayer):
     """The running OS cache: each batch's sources are views of one memory map of the opened file.
 
-    It holds nothing per epoch or per batch, so it keeps the base class's ``start_epoch`` (file check, counters,
-    pieces) and ``batch_done`` (nothing to release).
+    It keeps the base class's ``start_epoch`` (file check, counters, pieces); a batch holds the file's read lease
+    from its ``source`` to its ``batch_done``.
     """
 
     def __init__(self, dataset: Reader, readahead: bool = True) -> None:
@@ -67,6 +72,9 @@ class OSCacheLayer(MemoryLayer):
         if not readahead and hasattr(self.mapping, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             self.mapping.madvise(mmap.MADV_RANDOM)
         self._memory = np.frombuffer(self.mapping, np.uint8)  # read-only, as every layer's memory
+        self._heap = Heap.of(dataset)
+        self._digests = page_digests(dataset)  # None unless the Reader checks content
+        self.lease = FileLease(file.fd, file.path)
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
         """Views of the map: no staging in the slot and nothing held for the batch (``batch``, ``slot`` unused)."""
@@ -74,15 +82,22 @@ class OSCacheLayer(MemoryLayer):
         if column < 0:
             return self.empty_source(stored)
         self.file.check()  # the batch's decoders read the map next: the file must not have shrunk
+        self.lease.enter(batch)  # and nobody may shrink it until batch_done
         offsets = self._offsets[column].take(samples)
         sizes = self._sizes[column].take(samples)
+        if self._digests is not None:
+            _check_pages(self._digests, self._heap, self._memory, 0, offsets, sizes)
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return Source(stored.metadata, self._memory, offsets, sizes)
 
+    def batch_done(self, batch: int) -> None:
+        self.lease.leave(batch)
+
     def close(self) -> None:
         """Release the file and its map at once (the map's own descriptor too), unless a view of it is still held
         somewhere: then it goes when that view does."""
+        self.lease.close()  # before the descriptor it watches is closed
         super().close()
         self._memory = self._empty
         try:
@@ -97,7 +112,12 @@ class ShardMapsLayer(MemoryLayer):
     out of its pages), and the decoders read those. A shard is mapped when a batch first needs it and unmapped,
     least recently used first, once more than the dataset's ``max_open_shards`` are open
     (:meth:`~beton.dataset.union.ShardedPages.mapped`); each shard opened is checked to be the file whose tables
-    were read, and each batch's shards are checked after its payloads are copied, as the single file's are.
+    were read, and each batch's shards are checked after its payloads are copied, as the single file's are. Where
+    content is checked (``verify_content``), each page is hashed in its shard's map the first time a batch copies
+    from it, before the copy.
+
+    No read lease is taken on the shards (unlike :class:`OSCacheLayer`): the decoders read the copies, so the window
+    in which a truncated shard raises SIGBUS is the copy itself, not the decoding (docs/loader.md, "Memory").
     """
 
     def __init__(self, dataset: ShardedDataset, readahead: bool = True) -> None:
@@ -112,6 +132,8 @@ class ShardMapsLayer(MemoryLayer):
         if not readahead:
             self._pages.advise_random_access()
         self._heap_ends, self._shifts = dataset.heap_ends, dataset.shifts
+        self._heap = Heap.of(dataset)
+        self._digests = page_digests(dataset)  # None unless some shard's content is checked
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
         """The batch's payloads of ``stored``, copied out of their shards' maps into ``slot``'s staging."""
@@ -124,6 +146,9 @@ class ShardMapsLayer(MemoryLayer):
         for shard in np.unique(shards[sizes > 0]).tolist():
             rows = np.flatnonzero((shards == shard) & (sizes > 0))
             with self._pages.mapped(shard) as mapped:
+                if self._digests is not None:
+                    _check_pages(self._digests, self._heap, mapped, int(self._shifts[shard]), offsets[rows],
+                                 sizes[rows])
                 starts = offsets[rows] - int(self._shifts[shard])
                 for start, size, position in zip(starts.tolist(), sizes[rows].tolist(), positions[rows].tolist()):
                     buffer[position : position + size] = mapped[start : start + size]
@@ -131,3 +156,13 @@ class ShardMapsLayer(MemoryLayer):
         read = self._piece_bytes.get(column)  # what the decoders read of each payload, where they read parts
         self.counters.add(0, int(sizes.sum() if read is None else read.take(samples).sum()))
         return staged_source(stored.metadata, buffer, positions, sizes)
+
+
+def _check_pages(digests: PageDigests, heap: Heap, mapped: np.ndarray, shift: int, offsets: np.ndarray,
+                 sizes: np.ndarray) -> None:
+    """Hash every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
+    (a file's map, whose bytes lie ``shift`` before their virtual offsets): whole pages, even where decoders read
+    parts of payloads, since a page's digest covers all of it."""
+    for page in digests.unchecked(heap.pages_of(offsets, sizes)).tolist():
+        start, end = heap.page_bounds(page)
+        digests.check(page, mapped[start - shift : end - shift])

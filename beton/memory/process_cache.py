@@ -35,6 +35,7 @@ RANDOM a page may be read several times.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -45,7 +46,8 @@ from beton.memory.staging import stage_payloads, stage_pieces
 from beton.pieces import Pieces
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
-from beton.dataset.union import OpenedDataset, open_page_source
+from beton.dataset.union import OpenedDataset, open_page_source, page_digests
+from beton.storage.digests import PageDigests
 from beton.storage.page_source import PageSource
 
 __all__ = ["ProcessCache", "ProcessCacheLayer"]
@@ -85,8 +87,11 @@ class ProcessCacheLayer(MemoryLayer):
 
     def __init__(self, dataset: OpenedDataset, num_slots: int, budget_pages: int | None = None,
                  read_bandwidth: float | None = None, file: PageSource | None = None) -> None:
-        super().__init__(dataset, file if file is not None else open_page_source(dataset))
+        file = file if file is not None else open_page_source(dataset)
         self._heap = Heap.of(dataset)
+        digests = page_digests(dataset)
+        self._checks_content = digests is not None
+        super().__init__(dataset, file if digests is None else _CheckedPages(file, self._heap, digests))
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._read_bandwidth = read_bandwidth
@@ -108,7 +113,8 @@ class ProcessCacheLayer(MemoryLayer):
         self._schedule = PageSchedule(batch_pages, reads.first,
                                       max(self._requested_budget or 2 * minimum, minimum, 1))
         self.file.will_read(batch_pages, self._schedule.budget_pages)  # a remote source starts fetching
-        page_need = self._bytes_needed_per_page(reads.payloads) if self._pieces else None
+        # whole pages where content is checked: a digest covers a whole page
+        page_need = self._bytes_needed_per_page(reads.payloads) if self._pieces and not self._checks_content else None
         self._reader = PageReader(self.file, self._heap, self._schedule, reads.gate, reads.first, self.counters,
                                   self._read_bandwidth, page_need)
 
@@ -171,3 +177,31 @@ class ProcessCacheLayer(MemoryLayer):
     def close(self) -> None:
         self._stop_reader()
         super().close()
+
+
+class _CheckedPages:
+    """A page source whose pages are checked against their content digests the first time they are read
+    (``verify_content``); the page reader reads whole pages from it, one per call."""
+
+    def __init__(self, file: PageSource, heap: Heap, digests: PageDigests) -> None:
+        self._file, self._heap, self._digests = file, heap, digests
+        self.description, self.size = file.description, file.size
+
+    def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
+        self._file.read_into(offset, out, what)
+        page = (offset - self._heap.offset) // self._heap.page_size
+        if self._heap.page_bounds(page) != (offset, offset + len(out)):
+            raise ValueError(f"{what}: content checks read whole pages, not {len(out)} bytes at offset {offset}")
+        self._digests.check(page, out)
+
+    def check(self) -> None:
+        self._file.check()
+
+    def check_path(self) -> None:
+        self._file.check_path()
+
+    def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
+        self._file.will_read(batch_pages, budget_pages)
+
+    def close(self) -> None:
+        self._file.close()

@@ -48,6 +48,7 @@ import numpy as np
 
 from beton import dtypes
 from beton.storage import format as fmt
+from beton.storage.digests import digest
 from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.errors import WriterError, locate
 from beton.storage.remote.fetch import filesystem
@@ -62,7 +63,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class HeapPacker:
-    """Appends payloads to the heap, page by page, computing each page's CRC32 as it goes.
+    """Appends payloads to the heap, page by page, computing each page's CRC32 and BLAKE2b-256 as it goes.
 
     A payload that fits in a page never crosses a page boundary (the rest of the page is zero-filled);
     a larger one starts on a fresh page and spans as many consecutive pages as it needs.
@@ -73,7 +74,9 @@ class HeapPacker:
         self._page_size = page_size
         self._position = 0  # bytes written to the heap so far
         self._page_crc = 0
+        self._page_hash = _page_hasher()
         self.page_checksums: list[int] = []
+        self.page_digests: list[bytes] = []
 
     @property
     def size(self) -> int:
@@ -89,11 +92,16 @@ class HeapPacker:
         return offset
 
     def finish(self) -> np.ndarray:
-        """Close the last (possibly short) page; return every page's CRC32."""
+        """Close the last (possibly short) page; return every page's CRC32 (:attr:`page_digests` holds their
+        digests)."""
         if self._position % self._page_size:
-            self.page_checksums.append(self._page_crc)
-            self._page_crc = 0
+            self._end_page()
         return np.array(self.page_checksums, dtype=fmt.PAGE_CHECKSUM_DTYPE)
+
+    def _end_page(self) -> None:
+        self.page_checksums.append(self._page_crc)
+        self.page_digests.append(self._page_hash.digest())
+        self._page_crc, self._page_hash = 0, _page_hasher()
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -102,10 +110,14 @@ class HeapPacker:
             piece, view = view[:room], view[room:]
             self._file.write(piece)
             self._page_crc = zlib.crc32(piece, self._page_crc)
+            self._page_hash.update(piece)
             self._position += len(piece)
             if self._position % self._page_size == 0:
-                self.page_checksums.append(self._page_crc)
-                self._page_crc = 0
+                self._end_page()
+
+
+def _page_hasher() -> Any:
+    return hashlib.blake2b(digest_size=fmt.DIGEST_SIZE)
 
 
 @dataclasses.dataclass
@@ -179,7 +191,7 @@ class FileBuilder:
             filesystem(self._url, self._remote)  # an unknown scheme or a missing package fails before any encoding
         local_target = spec.path if self._url is None else staging_path(self._url)
         self._page_size = page_size
-        self._metadata = metadata  # the metadata table's bytes (a version-2 file), or None (version 1)
+        self._metadata = b"{}" if metadata is None else metadata  # the metadata table's bytes
         # The field table's bytes (the writer's, built once; merging copies the shards'), or None: built from spec
         self._field_table = field_table
         self._payload_fields = spec.payload_fields
@@ -249,10 +261,12 @@ class FileBuilder:
                 self._allocations, fmt.ALLOCATION_DTYPE, (0, len(self._payload_fields))
             ).tobytes(),
             "page_checksums": page_checksums.tobytes(),
+            "metadata": self._metadata,
         }
-        if self._metadata is not None:
-            tables["metadata"] = self._metadata
+        # Last, the digest table: every page's digest, then every table's (format.DIGESTED_TABLES' order)
+        tables["digest_table"] = b"".join([*self._heap.page_digests, *(digest(tables[name]) for name in fmt.DIGESTED_TABLES)])
         header = np.zeros((), fmt.HEADER_DTYPE)
+        header["content_digest"] = digest(tables["digest_table"])
         position = fmt.HEAP_OFFSET + self._heap.size
         for name, blob in tables.items():
             padding = -position % _TABLE_ALIGNMENT
@@ -289,7 +303,7 @@ class FileBuilder:
 
     def _fill_header(self, header: np.ndarray, num_pages: int) -> None:
         header["magic"] = fmt.MAGIC
-        header["version"] = fmt.FORMAT_VERSION if self._metadata is None else fmt.METADATA_VERSION
+        header["version"] = fmt.DIGESTS_VERSION
         header["header_size"] = fmt.HEADER_SIZE
         header["page_size"] = self._page_size
         header["num_samples"] = self.num_samples

@@ -1,4 +1,4 @@
-"""The on-disk layout of a ``.beton`` file, format versions 1 and 2: the single source of truth.
+"""The on-disk layout of a ``.beton`` file, format versions 1 to 3: the single source of truth.
 
 Every record is a little-endian numpy structured dtype defined here; ``docs/format.md`` describes the same
 bytes in prose and ``tests/storage/test_format.py`` pins every itemsize and offset.
@@ -18,7 +18,8 @@ bytes in prose and ``tests/storage/test_format.py`` pins every itemsize and offs
                         | data table                    |  one fixed-width record per sample (fields' metadata)
                         | allocation table              |  ALLOCATION_DTYPE x num_samples x num_payload_fields
                         | page checksum table           |  CRC32 (<u4) of every heap page
-                        | metadata table (version 2)    |  UTF-8 JSON object: the dataset's own description
+                        | metadata table (version 2+)   |  UTF-8 JSON object: the dataset's own description
+                        | digest table (version 3)      |  BLAKE2b-256 of every heap page, then of every table
                         +-------------------------------+ end of file
 
 Why it looks like this:
@@ -34,12 +35,18 @@ Why it looks like this:
 * **Allocation table as a dense (sample, payload field) matrix**: offset and size of any payload in O(1),
   without a search, and exact sizes (bytes and JSON come back with their true length).
 * **Checksums**: CRC32 of the header, of every table, and of every page. Tables are checked on open (cheap);
-  pages by :func:`beton.storage.verify`, which reads the whole file.
-* **Versions name what a file uses, not who wrote it.** A file is written as version 1 unless it has file-level
-  metadata; then it is version 2, whose only addition is the metadata table (its reference sits in header bytes
-  that version 1 reserves). A reader that knows only version 1 refuses a version-2 file by its version number
-  instead of misreading it, and every file without metadata stays byte-identical to what version-1 writers
-  produced.
+  pages by :func:`beton.storage.verify`, which reads the whole file. CRC32 finds accidents, not intent: whoever
+  edits a file can keep any CRC32 by choosing 4 bytes (padding, say).
+* **Content digests (version 3)**: a BLAKE2b-256 of every page and of every table (the digest table), and in the
+  header the BLAKE2b-256 of the digest table (``content_digest``). So the header pins every byte of the file, and
+  a hash of the header (what a manifest records) pins the content: a forged byte changes a page's digest, hence
+  the digest table, hence the header. Per page, so a reader can check each page as it first loads it instead of
+  reading the whole file first. BLAKE2b because it is in :mod:`hashlib` everywhere and faster than SHA-256.
+* **Versions name what a file uses, not who wrote it.** Version 2 added the metadata table to version 1 (its
+  reference sits in header bytes that version 1 reserves), so a reader that knows only version 1 refuses a
+  version-2 file by its version number instead of misreading it. Version 3 adds the digest table (and always has a metadata table, ``{}`` when there
+  is no metadata): every file written now is version 3; versions 1 and 2 are still read, and say that they
+  carry no content digests.
 * **Field records keep full UTF-8 names and JSON constructor arguments** (never pickle), plus the metadata
   dtype, so a file describes itself even where the field's class cannot be imported.
 """
@@ -53,7 +60,8 @@ import numpy as np
 MAGIC = b"\x89BETON\r\n"  # non-ASCII first byte and CR LF catch text-mode transfers, as PNG's magic does
 FORMAT_VERSION = 1  # files without file-level metadata: byte for byte what every beton has written
 METADATA_VERSION = 2  # version 1 plus the metadata table
-SUPPORTED_VERSIONS = (FORMAT_VERSION, METADATA_VERSION)
+DIGESTS_VERSION = 3  # version 2 plus the digest table and the header's content digest: what writers write now
+SUPPORTED_VERSIONS = (FORMAT_VERSION, METADATA_VERSION, DIGESTS_VERSION)
 HEADER_SIZE = 256
 HEAP_OFFSET = 4096
 DEFAULT_PAGE_SIZE = 8 * 1024 * 1024
@@ -85,7 +93,9 @@ HEADER_DTYPE = np.dtype(
         ("allocation_table", TABLE_REF_DTYPE),
         ("page_checksums", TABLE_REF_DTYPE),
         ("metadata", TABLE_REF_DTYPE),  # version 2; all zero in version 1 (where these bytes were reserved)
-        ("reserved", "S68"),
+        ("digest_table", TABLE_REF_DTYPE),  # version 3; all zero before (reserved there)
+        ("content_digest", "S32"),  # version 3: BLAKE2b-256 of the digest table; all zero before
+        ("reserved", "S12"),
         ("header_crc32", "<u4"),  # CRC32 of the HEADER_SIZE - 4 bytes before it
     ]
 )
@@ -108,6 +118,14 @@ ALLOCATION_DTYPE = np.dtype([("offset", "<u8"), ("size", "<u8")])
 """One payload: absolute byte offset in the file and size in bytes."""
 
 PAGE_CHECKSUM_DTYPE = np.dtype("<u4")
+
+DIGEST_SIZE = 32
+"""Bytes of one BLAKE2b-256 digest. The digest table holds one per heap page, then one per table in
+:data:`DIGESTED_TABLES`."""
+
+#: The tables whose digests follow the pages' in the digest table, in this order (the digest table itself is
+#: pinned by the header's ``content_digest``).
+DIGESTED_TABLES = ("field_table", "data_table", "allocation_table", "page_checksums", "metadata")
 
 NO_PAYLOAD = -1
 

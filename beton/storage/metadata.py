@@ -1,14 +1,14 @@
 """File-level metadata: one JSON object describing the whole dataset (its name, class names, source, license).
 
-Written by ``DatasetWriter(..., metadata={...})`` into the metadata table (format version 2, see
-:mod:`beton.storage.format`) and read back as ``Reader.metadata``. Both directions check the same rules, so a
-file that one beton writes, any beton that knows version 2 opens:
+Written by ``DatasetWriter(..., metadata={...})`` into the metadata table (format versions 2 and 3,
+see :mod:`beton.storage.format`) and read back as ``Reader.metadata``. Both directions check the same rules, so a
+file that one beton writes, any beton that knows its version opens:
 
 * a JSON object (a mapping with string keys at the top), strict JSON (no NaN or infinity), UTF-8;
 * at most :data:`~beton.storage.format.MAX_METADATA_BYTES` bytes and :data:`beton._json.MAX_JSON_DEPTH` levels
   deep, so that reading it costs at most what the file holds and never exhausts the stack.
 
-An empty mapping is no metadata: such files are written as version 1, byte for byte as without it.
+An empty mapping is no metadata: the table then holds ``{}``, byte for byte as without it.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
 from beton.errors import CorruptDataError, FieldError, FormatError, ShardNotFoundError, error_context, locate
+from beton.storage.digests import NO_DIGESTS, digest
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
@@ -43,6 +44,8 @@ __all__ = ["Reader", "TableNames", "FieldDescriptor", "TABLE_NAMES", "FileHead",
 TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
 #: Tables of a version-2 file: version 1's, then the metadata table.
 TABLES_WITH_METADATA = (*TABLE_NAMES, "metadata")
+#: Tables of a version-3 file: version 2's, then the digest table.
+TABLES_WITH_DIGESTS = (*TABLES_WITH_METADATA, "digest_table")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +98,10 @@ class Reader(TableNames):
         data_table: read-only memory-mapped structured array, one record per sample
         allocation_table: read-only (num_samples, num_payload_fields) array of (offset, size)
         page_checksums: stored CRC32 of every page
+        page_digests: stored BLAKE2b-256 of every page (``(num_pages, 32)`` uint8), or None for a file without
+            content digests (format versions 1 and 2, FFCV files)
+        content_digest: the header's digest of the digest table (bytes), or None likewise
+        verify_content: whether pages are checked against their digests as a Loader first loads them
         handlers, alloc_table: FFCV's names for ``fields`` and ``allocation_table`` (the layout is beton's)
 
     ``reader[i]`` decodes sample i into a tuple of Python values (for inspection and tests; the Loader is the
@@ -110,6 +117,13 @@ class Reader(TableNames):
     pages checked against their CRC32. ``remote`` (a :class:`~beton.storage.remote.RemoteOptions`) says how: fsspec's
     ``storage_options``, the page cache on disk, requests in flight, retries; a local path ignores it. The
     attribute ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
+
+    ``verify_content=True`` checks the content against the file's BLAKE2b-256 digests (format version 3), which
+    CRC32 checksums cannot do against someone who edits the file: every table on open, and every heap page the
+    first time a Loader reading this Reader loads it (:class:`~beton.errors.CorruptDataError` naming the file and
+    page). A file without digests is then refused (:class:`~beton.errors.FormatError`). None: check when the file
+    has digests, else not (what the shards of a manifest file get: its hash of each header pins the digests).
+    False (default): CRC32s only; ``beton verify`` still checks every digest.
     """
 
     #: Where each heap page ends, for heaps whose pages are not all ``page_size`` long before the last one (a
@@ -119,9 +133,12 @@ class Reader(TableNames):
     def __init__(
         self, path: str | os.PathLike[str], custom_fields: Mapping[str, type[Field]] | None = None, *,
         max_image_pixels: int | None | Literal["environment"] = "environment",
-        remote: RemoteOptions | None = None,
+        remote: RemoteOptions | None = None, verify_content: bool | None = False,
     ) -> None:
         self.path = os.fspath(path)
+        self._verify_content = verify_content
+        self.page_digests: np.ndarray | None = None
+        self.content_digest: bytes | None = None
         self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
                                  else max_image_pixels)
         options = remote_or_default(remote)
@@ -206,14 +223,30 @@ class Reader(TableNames):
         self.page_checksums = _typed_table(
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
+        if "digest_table" in tables:
+            self.content_digest = self.header.tobytes()[_CONTENT_DIGEST_SLICE]
+            self._table_digests = _digest_table(self.header, tables["digest_table"])
+            self.page_digests = self._table_digests[: self.num_pages]
+        self.verify_content = _checks_content(self._verify_content, self.header, self.page_digests is not None)
+        if self.verify_content:
+            self.check_table_digests()
         _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
+
+    def check_table_digests(self) -> None:
+        """CorruptDataError naming the first table whose bytes do not have their stored BLAKE2b-256 digest (a file
+        with content digests; see :attr:`page_digests`)."""
+        _check_table_digests(self._map, self.header, self._table_digests)
 
     def _open_ffcv(self) -> None:
         """A file written by FFCV (format version 2): read-only, no checksums to check."""
         tables = ffcv_format.read_ffcv(self._map)
         self.format = f"FFCV v{ffcv_format.FFCV_VERSION} (read-only, no checksums)"
+        if self._verify_content:
+            raise FormatError("verify_content=True: an FFCV file has no content digests (nor checksums): convert it "
+                              "to a beton file first, or read it without verify_content")
         self.checksummed = False
+        self.verify_content = False
         self.header = None
         self._metadata_json = b"{}"
         self.num_samples, self.page_size = tables.num_samples, tables.page_size
@@ -418,19 +451,61 @@ def _read_header(file_map: np.ndarray) -> np.void:
         raise CorruptDataError("header checksum does not match")
     version = int(header["version"])
     if version not in fmt.SUPPORTED_VERSIONS:
-        supported = " and ".join(str(known) for known in fmt.SUPPORTED_VERSIONS)
+        known = [str(number) for number in fmt.SUPPORTED_VERSIONS]
+        supported = ", ".join(known[:-1]) + " and " + known[-1]
         newer = "newer than" if version > max(fmt.SUPPORTED_VERSIONS) else "not one of"
         raise FormatError(f"format version {version} is {newer} the supported versions {supported}")
     if int(header["header_size"]) != fmt.HEADER_SIZE:
         raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
     if version == fmt.FORMAT_VERSION and header["metadata"].tobytes().strip(b"\0"):
         raise FormatError("a version-1 header has a metadata table reference (those bytes are reserved, zero)")
+    if version < fmt.DIGESTS_VERSION and raw[_DIGESTS_START:_CONTENT_DIGEST_SLICE.stop].strip(b"\0"):
+        raise FormatError(f"a version-{version} header has a digest table reference or content digest (those bytes "
+                          "are reserved, zero)")
     return header
+
+
+#: Where the header holds its content digest, and where version 3's additions start.
+_CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
+                              fmt.HEADER_DTYPE.fields["content_digest"][1] + fmt.DIGEST_SIZE)
+_DIGESTS_START = fmt.HEADER_DTYPE.fields["digest_table"][1]
+
+
+def _digest_table(header: np.void, blob: np.ndarray) -> np.ndarray:
+    """A version-3 file's digest table (``blob``, its CRC32 checked) as a ``(num_pages + len(DIGESTED_TABLES),
+    DIGEST_SIZE)`` uint8 array, checked against the header's content digest (one hash of a small table: opening
+    always checks it). Shared with :mod:`beton.dataset.shard_tables`, which reads shards without a Reader."""
+    if digest(blob) != header.tobytes()[_CONTENT_DIGEST_SLICE]:
+        raise CorruptDataError("the digest table does not match the header's content digest")
+    return _typed_table(blob, np.dtype(np.uint8), (int(header["num_pages"]) + len(fmt.DIGESTED_TABLES),
+                                                    fmt.DIGEST_SIZE), "digest_table")
+
+
+def _checks_content(requested: bool | None, header: np.void, has_digests: bool) -> bool:
+    """Whether a file's content is checked against its digests, for ``verify_content=requested`` (True: required,
+    FormatError for a file without them; None: where it has them; False: not)."""
+    if requested and not has_digests:
+        raise FormatError("verify_content=True: " + NO_DIGESTS.format(version=int(header["version"])))
+    return requested is not False and has_digests
+
+
+def _check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
+    """CorruptDataError naming the first table of :data:`~beton.storage.format.DIGESTED_TABLES` whose bytes in
+    ``file_map`` do not have their digest in ``table_digests`` (a :func:`_digest_table`)."""
+    for name, expected in zip(fmt.DIGESTED_TABLES, table_digests[-len(fmt.DIGESTED_TABLES) :]):
+        ref = header[name]
+        offset, size = int(ref["offset"]), int(ref["size"])
+        if digest(file_map[offset : offset + size]) != expected.tobytes():
+            raise CorruptDataError(f"content digest of the {name.replace('_', ' ')} does not match (offset "
+                                   f"{offset}): its bytes are not those the file was written with")
 
 
 def _table_names(header: np.void) -> tuple[str, ...]:
     """The tables a file of this header's version has, in file order."""
-    return TABLES_WITH_METADATA if int(header["version"]) >= fmt.METADATA_VERSION else TABLE_NAMES
+    version = int(header["version"])
+    if version >= fmt.DIGESTS_VERSION:
+        return TABLES_WITH_DIGESTS
+    return TABLES_WITH_METADATA if version >= fmt.METADATA_VERSION else TABLE_NAMES
 
 
 def _regions(header: np.void) -> list[tuple[str, int, int]]:

@@ -1,4 +1,5 @@
-"""verify(path): check every checksum of a .beton file, pages included, and say where the first fault is."""
+"""verify(path): check every checksum and content digest of a .beton file, pages included, and say where the first
+fault is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from beton.errors import CorruptDataError, error_context, locate
 from beton.fields.base import Field
+from beton.storage.digests import digest
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
 
@@ -24,11 +26,16 @@ class VerifyReport:
     num_pages: int
     bytes_checked: int
     checksummed: bool = True  # False for FFCV files: only their structure could be checked
+    #: Whether every page and table was also checked against its BLAKE2b-256 digest: False for files of format
+    #: versions 1 and 2 (and FFCV files), which have no content digests, so that CRC32s were all that was checked
+    #: (and CRC32s can be kept by whoever edits a file).
+    content_digests: bool = True
 
 
 def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None, *,
            remote: RemoteOptions | None = None) -> VerifyReport:
-    """Check the header, every table and every page of a file against their stored CRC32.
+    """Check the header, every table and every page of a file against their stored CRC32 and, where the file has
+    them (format version 3), their BLAKE2b-256 digests (:attr:`VerifyReport.content_digests` says which).
 
     ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is
     fetched and checked.
@@ -36,35 +43,42 @@ def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] |
     Returns a :class:`VerifyReport` when everything matches. Raises :class:`~beton.errors.FormatError` (from
     opening, or for a record its field cannot read, such as an array payload of the wrong size) or
     :class:`~beton.errors.CorruptDataError` naming the first bad page and the samples with payload bytes on it (a
-    page has one CRC32, so the damaged one cannot be told from the others on its page).
+    page has one CRC32 and one digest, so the damaged one cannot be told from the others on its page).
     """
     with Reader(path, custom_fields=custom_fields, remote=remote) as reader:
         return verify_reader(reader)
 
 
 def verify_reader(reader: Reader) -> VerifyReport:
-    """:func:`verify` of a file already opened (opening checked the header and tables): its payloads against their
-    fields and every page against its CRC32."""
+    """:func:`verify` of a file already opened (opening checked the header and tables' CRC32s): its payloads against
+    their fields, its tables against their digests, and every page against its CRC32 and digest."""
     with error_context(path=reader.path):
         reader.check_payloads()  # checksums prove nothing against whoever can recompute them
         if not reader.checksummed:
-            return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False)
+            return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False, content_digests=False)
+        digests = reader.page_digests
+        if digests is not None:
+            reader.check_table_digests()
         if reader.remote is not None:  # fetch ahead, several pages at once, while the pages are checked in order
             reader.remote.pages.will_read(np.arange(reader.num_pages))
         for page in range(reader.num_pages):
             start, end = reader.page_bounds(page)
-            if zlib.crc32(reader.file_map[start:end]) != int(reader.page_checksums[page]):
+            data = reader.file_map[start:end]
+            if zlib.crc32(data) != int(reader.page_checksums[page]):
                 raise page_error(reader, page, start, end)
-        return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map))
+            if digests is not None and digest(data) != digests[page].tobytes():
+                raise page_error(reader, page, start, end, "content digest")
+        return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map),
+                            content_digests=digests is not None)
 
 
 _SAMPLES_LISTED = 8  # samples a page error names one by one; beyond, it names runs (at most this many) and a count
 
 
-def page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataError:
-    """The error for a bad page, naming every sample with payload bytes on it (and their fields): one CRC32 covers
-    the whole page, so any of them may hold the damaged byte. ``sample`` and ``field`` are set only when the page
-    holds a single one."""
+def page_error(reader: Reader, page: int, start: int, end: int, what: str = "checksum") -> CorruptDataError:
+    """The error for a bad page (its ``what`` does not match), naming every sample with payload bytes on it (and
+    their fields): one CRC32 or digest covers the whole page, so any of them may hold the damaged byte. ``sample``
+    and ``field`` are set only when the page holds a single one."""
     table = reader.allocation_table
     samples = columns = np.zeros(0, np.int64)
     if table.size:
@@ -78,7 +92,7 @@ def page_error(reader: Reader, page: int, start: int, end: int) -> CorruptDataEr
                 f"{', '.join(map(repr, fields))}, one or more of them damaged: write the file again from its source")
     else:
         held = "it holds no payload bytes (the damage lies between payloads)"
-    error = CorruptDataError(f"checksum of heap page {page} (offsets {start}..{end}) does not match; {held}")
+    error = CorruptDataError(f"{what} of heap page {page} (offsets {start}..{end}) does not match; {held}")
     return locate(error, page=page, sample=int(samples[0]) if samples.size == 1 else None,
                   field=fields[0] if len(fields) == 1 else None)
 

@@ -96,8 +96,7 @@ class DatasetWriter:
         start_method: multiprocessing start method for the workers (default "fork" where available, so
             datasets need not be picklable).
         metadata: a JSON object describing the whole dataset (name, class names, source, license...), read
-            back as ``Reader.metadata``; at most 16 MiB of JSON. Without it (None or empty) the file is
-            format version 1; with it, version 2 (see docs/format.md).
+            back as ``Reader.metadata``; at most 16 MiB of JSON (see docs/format.md).
         on_error: "fail" (default): a sample that cannot be read or encoded fails the write; "skip": it is left
             out, and the report that ``from_indexed_dataset``/``from_iterable`` return lists it (if every sample
             is skipped, the write fails with a WriterError whose ``skipped`` lists them).

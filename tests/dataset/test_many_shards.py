@@ -186,7 +186,7 @@ def test_a_shard_deleted_or_replaced_mid_epoch_is_a_beton_error_naming_it(tmp_pa
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    """Three shards with file-level metadata (a version-2 file: every table kind)."""
+    """Three shards with file-level metadata (every table kind, the digest table included)."""
     directory = tmp_path_factory.mktemp("three")
     return [write(os.fspath(directory / f"part-{k}.beton"), FIELDS, template_samples(k), metadata={"split": "train"})
             for k in range(3)]
@@ -234,8 +234,9 @@ def test_the_checks_of_many_shards_at_once_refuse_exactly_what_a_reader_refuses(
     position = data.draw(st.one_of(st.integers(0, 4095), st.integers(heap_end, size - 1), st.integers(0, size - 1)))
     value = data.draw(st.integers(0, 255))
     header_crc = position < 252 and data.draw(st.booleans())
+    verify_content = data.draw(st.booleans())  # tables checked against their digests too
     directory = tmp_path_factory.mktemp("corrupted")
     copies, manifest = corrupted_union(three, directory, position, value, header_crc)
-    alone = outcome(lambda: beton.Reader(copies[1]))
-    together = outcome(lambda: ShardedDataset(manifest))
+    alone = outcome(lambda: beton.Reader(copies[1], verify_content=verify_content))
+    together = outcome(lambda: ShardedDataset(manifest, verify_content=verify_content))
     assert together == alone

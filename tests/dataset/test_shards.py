@@ -280,7 +280,7 @@ def test_metadata_is_kept_when_every_shard_has_the_same_else_refused_or_set(tmp_
     assert beton.Reader(tmp_path / "set.beton").metadata == {"name": "merged"}
     merge(tmp_path / "none.beton", [*same, other], metadata=None)
     with beton.Reader(tmp_path / "none.beton") as reader:
-        assert reader.metadata == {} and reader.format == "beton v1"
+        assert reader.metadata == {} and reader.format == "beton v3"
 
 
 def test_a_damaged_page_of_a_shard_fails_the_merge_naming_shard_and_page(tmp_path):

@@ -453,14 +453,15 @@ def test_a_numpy_integer_batch_size_works(image_file):
         assert [len(labels) for _, labels in loader] == [50, 50, 50, 50, 3]
 
 
-def test_the_constructor_takes_at_most_thirteen_options_beyond_ffcvs_names():
+def test_the_constructor_takes_at_most_fourteen_options_beyond_ffcvs_names():
     import inspect
 
     parameters = inspect.signature(Loader).parameters
     own = [name for name, p in parameters.items() if name not in FFCV_NAMES and p.kind is not p.VAR_KEYWORD]
     # 13 since remote= joined them: how URLs are read left the memory strategy (ProcessCache(remote=...)), which
-    # is only about memory, for the one RemoteOptions every entry point takes (docs/remote.md)
-    assert len(own) <= 13, own
+    # is only about memory, for the one RemoteOptions every entry point takes (docs/remote.md); 14 since
+    # verify_content= joined: whether reads check content digests, as Reader(verify_content=...) (docs/format.md)
+    assert len(own) <= 14, own
     assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())  # a misspelt option is a TypeError
 
 

@@ -54,7 +54,7 @@ def test_future_version_is_refused_by_name(mixed_file, tmp_path):
         header["version"] = max(fmt.SUPPORTED_VERSIONS) + 1
         return header_bytes(header[0]) + data[fmt.HEADER_SIZE :]
 
-    with pytest.raises(FormatError, match="version 3 is newer than the supported versions 1 and 2"):
+    with pytest.raises(FormatError, match="version 4 is newer than the supported versions 1, 2 and 3"):
         beton.Reader(damaged_copy(mixed_file, tmp_path, bump_version))
 
 

@@ -17,7 +17,8 @@ EXPECTED_LAYOUT = {
     "HEADER_DTYPE": (256, {"magic": 0, "version": 8, "header_size": 12, "page_size": 16, "num_samples": 24,
                            "num_fields": 32, "num_payload_fields": 36, "heap_offset": 40, "heap_size": 48,
                            "num_pages": 56, "field_table": 64, "data_table": 88, "allocation_table": 112,
-                           "page_checksums": 136, "metadata": 160, "reserved": 184, "header_crc32": 252}),
+                           "page_checksums": 136, "metadata": 160, "digest_table": 184,
+                           "content_digest": 208, "reserved": 240, "header_crc32": 252}),
     "TABLE_REF_DTYPE": (24, {"offset": 0, "size": 8, "crc32": 16, "reserved": 20}),
     "STRING_REF_DTYPE": (8, {"offset": 0, "size": 4}),
     "FIELD_RECORD_DTYPE": (40, {"type_name": 0, "name": 8, "arguments": 16, "metadata_dtype": 24,
@@ -37,7 +38,9 @@ def test_record_layout_is_pinned(name):
 
 def test_constants():
     assert fmt.MAGIC == b"\x89BETON\r\n" and len(fmt.MAGIC) == 8
-    assert fmt.FORMAT_VERSION == 1 and fmt.METADATA_VERSION == 2 and fmt.SUPPORTED_VERSIONS == (1, 2)
+    assert fmt.FORMAT_VERSION == 1 and fmt.METADATA_VERSION == 2 and fmt.DIGESTS_VERSION == 3
+    assert fmt.SUPPORTED_VERSIONS == (1, 2, 3) and fmt.DIGEST_SIZE == 32
+    assert fmt.DIGESTED_TABLES == ("field_table", "data_table", "allocation_table", "page_checksums", "metadata")
     assert fmt.HEADER_SIZE == 256 and fmt.HEAP_OFFSET == 4096 and fmt.MAX_METADATA_BYTES == 16 << 20
     assert fmt.DEFAULT_PAGE_SIZE == 8 * 1024 * 1024
     assert fmt.PAGE_CHECKSUM_DTYPE == np.dtype("<u4")

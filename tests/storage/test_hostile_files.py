@@ -38,13 +38,14 @@ from beton.decoders import (CenterCropRGBImageDecoder, JSONDecoder, RaggedDecode
 from beton.transforms import ToTensor
 
 from conftest import DATA, TESTS, write
+from forgery import resign_digests
 
 FFCV_FIXTURES = DATA / "ffcv"
 
 
 class Forged:
     """A valid beton file taken apart into editable arrays; ``save`` lays it out again in format order and
-    recomputes every CRC32 (header, tables and pages), as an attacker would."""
+    recomputes every CRC32 (header, tables and pages) and content digest, as an attacker would."""
 
     def __init__(self, path: pathlib.Path) -> None:
         content = pathlib.Path(path).read_bytes()
@@ -62,6 +63,7 @@ class Forged:
             int(self.header["num_samples"]), int(self.header["num_payload_fields"]))
         self.heap = bytearray(content[fmt.HEAP_OFFSET :][: int(self.header["heap_size"])])
         self.data_bytes: bytes | None = None  # set to store other data-table bytes than ``data``
+        self.metadata = content[int(self.header["metadata"]["offset"]) :][: int(self.header["metadata"]["size"])]
 
     def add_string(self, text: str | bytes) -> tuple[int, int]:
         raw = text.encode() if isinstance(text, str) else text
@@ -84,6 +86,8 @@ class Forged:
                   "data_table": self.data.tobytes() if self.data_bytes is None else self.data_bytes,
                   "allocation_table": self.allocations.tobytes(),
                   "page_checksums": np.array(checksums, "<u4").tobytes()}
+        if int(self.header["version"]) >= fmt.METADATA_VERSION:
+            tables["metadata"] = self.metadata
         out = bytearray(fmt.HEAP_OFFSET) + heap
         self.header["heap_size"], self.header["num_pages"] = len(heap), len(checksums)
         for name, blob in tables.items():
@@ -91,6 +95,7 @@ class Forged:
             self.header[name]["offset"], self.header[name]["size"] = len(out), len(blob)
             self.header[name]["crc32"] = zlib.crc32(blob)
             out += blob
+        resign_digests(out, self.header)
         out[: fmt.HEADER_SIZE] = header_bytes(self.header)
         path.write_bytes(bytes(out))
         return path

@@ -18,7 +18,8 @@ from beton.storage import format as fmt
 from beton.storage.file_builder import header_bytes
 from beton.tools.cli import describe
 
-from conftest import write
+from conftest import DATA, write
+from forgery import resign_digests
 
 FIELDS = {"label": IntField(), "meta": JSONField()}
 SAMPLES = [(i, {"i": i}) for i in range(5)]
@@ -43,30 +44,35 @@ def test_metadata_round_trips(tmp_path, metadata):
     path = written(tmp_path, metadata)
     with beton.Reader(path) as reader:
         assert reader.metadata == metadata
-        assert reader.format == "beton v2" and [reader[i] for i in range(5)] == [tuple(s) for s in SAMPLES]
-    assert version_of(path) == fmt.METADATA_VERSION
+        assert reader.format == "beton v3" and [reader[i] for i in range(5)] == [tuple(s) for s in SAMPLES]
+    assert version_of(path) == fmt.DIGESTS_VERSION
     beton.verify(path)
 
 
-def test_without_metadata_the_file_is_version_1_and_unchanged(tmp_path):
+def test_without_metadata_the_table_holds_an_empty_object(tmp_path):
     plain = written(tmp_path, None, "plain.beton").read_bytes()
     assert written(tmp_path, {}, "empty.beton").read_bytes() == plain  # an empty object is no metadata
-    assert version_of(tmp_path / "plain.beton") == fmt.FORMAT_VERSION
-    assert plain[160:252] == bytes(92)  # the metadata reference and the reserved bytes: zero
+    assert version_of(tmp_path / "plain.beton") == fmt.DIGESTS_VERSION
+    ref = np.frombuffer(plain[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]["metadata"]
+    assert plain[int(ref["offset"]) :][: int(ref["size"])] == b"{}"
+    assert plain[240:252] == bytes(12)  # the reserved bytes: zero
     with beton.Reader(tmp_path / "plain.beton") as reader:
-        assert reader.metadata == {} and reader.format == "beton v1"
+        assert reader.metadata == {} and reader.format == "beton v3"
 
 
-def test_the_metadata_table_comes_last_and_adds_only_its_bytes(tmp_path):
+def test_the_metadata_table_comes_before_the_digest_table_and_adds_only_its_bytes(tmp_path):
     plain = written(tmp_path, None, "plain.beton").read_bytes()
     metadata = {"name": "digits", "classes": {"label": ["zero", "one"]}}
     with_metadata = written(tmp_path, metadata, "meta.beton").read_bytes()
     header = np.frombuffer(with_metadata[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]
-    ref = header["metadata"]
+    ref, digests = header["metadata"], header["digest_table"]
     blob = json.dumps(metadata, separators=(",", ":")).encode()
-    assert int(ref["offset"]) % 64 == 0 and int(ref["offset"]) + int(ref["size"]) == len(with_metadata)
-    assert with_metadata[int(ref["offset"]) :] == blob and int(ref["crc32"]) == zlib.crc32(blob)
-    assert with_metadata[fmt.HEADER_SIZE : int(ref["offset"])].rstrip(b"\0") == plain[fmt.HEADER_SIZE :].rstrip(b"\0")
+    end = int(ref["offset"]) + int(ref["size"])
+    assert int(ref["offset"]) % 64 == 0 and int(digests["offset"]) == end + (-end % 64)
+    assert int(digests["offset"]) + int(digests["size"]) == len(with_metadata)
+    assert with_metadata[int(ref["offset"]) : end] == blob and int(ref["crc32"]) == zlib.crc32(blob)
+    plain_ref = np.frombuffer(plain[: fmt.HEADER_SIZE], fmt.HEADER_DTYPE)[0]["metadata"]
+    assert with_metadata[fmt.HEADER_SIZE : int(ref["offset"])] == plain[fmt.HEADER_SIZE : int(plain_ref["offset"])]
 
 
 def test_the_callers_metadata_is_read_once_and_never_changed(tmp_path):
@@ -106,7 +112,8 @@ def test_the_writer_refuses_metadata_too_large_or_too_deep(tmp_path, monkeypatch
 
 
 def resigned(path, out, metadata_blob=None, change_header=None, after_padding=b""):
-    """``path`` (a version-2 file) with its metadata table replaced, every CRC32 recomputed, as an attacker would."""
+    """``path`` (a file with metadata) with its metadata table replaced, every CRC32 and content digest recomputed,
+    as an attacker would."""
     content = bytearray(pathlib.Path(path).read_bytes())
     header = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()[0]
     start = int(header["metadata"]["offset"])
@@ -115,6 +122,7 @@ def resigned(path, out, metadata_blob=None, change_header=None, after_padding=b"
         header["metadata"]["offset"] = start + len(after_padding)
         header["metadata"]["size"] = len(metadata_blob)
         header["metadata"]["crc32"] = zlib.crc32(metadata_blob)
+        resign_digests(content, header)  # a version-3 file's digest table follows the metadata table
     if change_header is not None:
         change_header(header)
     content[: fmt.HEADER_SIZE] = header_bytes(header)
@@ -148,7 +156,8 @@ def test_a_metadata_table_beyond_the_cap_is_refused_before_it_is_parsed(tmp_path
 def test_changed_metadata_bytes_fail_the_checksum_and_verify(tmp_path):
     source = written(tmp_path, {"name": "digits"})
     content = bytearray(source.read_bytes())
-    content[-3] ^= 1
+    ref = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE)[0]["metadata"]
+    content[int(ref["offset"]) + int(ref["size"]) - 3] ^= 1
     damaged = tmp_path / "damaged.beton"
     damaged.write_bytes(bytes(content))
     with pytest.raises(CorruptDataError, match="checksum of the metadata does not match"):
@@ -186,14 +195,16 @@ def test_versions_say_which_tables_a_file_has(tmp_path):
 
     with pytest.raises(FormatError, match="a version-1 header has a metadata table reference"):
         beton.Reader(resigned(with_metadata, tmp_path / "v1.beton", change_header=as_version_1))
-    plain = written(tmp_path, None, "plain.beton")
 
     def as_version_2(header):
         header["version"] = 2
 
+    with pytest.raises(FormatError, match="a version-2 header has a digest table reference or content digest"):
+        beton.Reader(resigned(with_metadata, tmp_path / "v2.beton", change_header=as_version_2))
     # a version-2 header whose metadata reference is zero: the table would start at offset 0, inside the header
     with pytest.raises(FormatError, match="metadata at offset 0 overlaps"):
-        beton.Reader(resigned(plain, tmp_path / "v2-empty.beton", change_header=as_version_2))
+        beton.Reader(resigned(DATA / "version1" / "basic.beton", tmp_path / "v2-empty.beton",
+                              change_header=as_version_2))
 
 
 def test_info_prints_the_metadata_escaped_and_shortened(tmp_path):

@@ -39,6 +39,13 @@ Concurrency model (several processes, e.g. one per GPU, and several threads in e
   (correcting any drift from crashed processes) and the oldest pages are removed until the new one fits.
   A page removed while another process reads it stays readable through that process's open descriptor.
 
+Temporaries left by a crashed process (``.partial-*`` pages in a page directory, ``.usage-*`` and ``.version-*`` in
+the root) hold bytes that ``usage`` does not count. Under the lock, a ``.usage-*`` or ``.version-*`` is always a dead process's (they are written
+under it), and a ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` is too (a page is renamed into place
+seconds after it is written; removing a live one would only cost that page a miss): opening a cache removes those
+of the root and of the file's own page directory, and every eviction scan those of every page directory, counting
+the younger ones' bytes against the limit.
+
 The limit counts page bytes only (not directories or file system blocks), per user. A page larger than the
 limit is not cached. No descriptor is held between calls (the cache survives ``fork``, and thousands of remote
 files cost no descriptors).
@@ -69,8 +76,12 @@ __all__ = ["DiskPageCache"]
 _ROOT = "beton-pages-v1"
 _PARTIAL = ".partial-"
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_USAGE = ".usage-"
 _USAGE_BYTES = 32  # a decimal number of bytes; a longer "usage" file is not ours
+#: Age at which a page's temporary file is taken for a crashed process's (see the module docstring).
+STALE_TEMPORARY_SECONDS = 600
 _VERSION = ".version"  # "<url key>.version": the file key cached for that URL
+_VERSION_TEMPORARY = ".version-"
 _KEY = re.compile(r"[0-9a-f]{32}")
 
 
@@ -93,6 +104,15 @@ class DiskPageCache:
                                 f"{error.strerror}. {self._fix()}") from error
         os.close(self._open_root())  # refused here, with an error that says why, rather than missed silently later
         self._remove_stale_version()
+        #: Temporaries of crashed processes that opening removed (the root's and this file's page directory's)
+        self.stale_temporaries_removed = self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> int:
+        try:
+            with _Directories(self._open_root(), self.key) as (root, directory), _Lock(root):
+                return _sweep(root, [directory], "")[0]
+        except (_Unusable, CacheDirError, OSError):
+            return 0
 
     def _fix(self) -> str:
         return (f"Remove {self.root!r} if it is not yours, or choose another RemoteOptions(cache_dir=...); "
@@ -119,7 +139,7 @@ class DiskPageCache:
                     freed = _remove_page_directory(root, recorded.decode("ascii"))
                     if freed:
                         _write_usage(root, max(0, _read_usage(root) - freed))
-                replace_with(root, write_new_file(root, self.key.encode("ascii"), ".version-"), marker)
+                replace_with(root, write_new_file(root, self.key.encode("ascii"), _VERSION_TEMPORARY), marker)
         except (_Unusable, OSError):
             pass
         finally:
@@ -167,7 +187,7 @@ class DiskPageCache:
                     with _Lock(root):
                         usage = _read_usage(root)
                         if self.limit is not None and usage + size > self.limit:
-                            usage = _evict(root, self.limit - size)
+                            usage = _evict(root, self.limit - size, temporary)
                         replaced = _size_of_page(directory, str(page))
                         stored = replace_with(directory, temporary, str(page))  # removes it if not
                         temporary = None
@@ -274,14 +294,22 @@ def _remove_entry(directory: int, name: str) -> None:
 
 # ---- under the lock -------------------------------------------------------------------------------------------
 
-def _evict(root: int, target: int) -> int:
-    """Remove the least recently used pages until the cache holds at most ``target`` bytes; its new size."""
-    entries = sorted(_pages(root), key=lambda entry: entry[2])  # (directory, name, mtime, size), oldest first
-    total = sum(size for *_, size in entries)
+def _evict(root: int, target: int, own: str) -> int:
+    """Remove the least recently used pages until the cache holds at most ``target`` bytes, counting the bytes of
+    temporaries other processes are writing (after removing those of crashed processes; ``own`` is the caller's,
+    for which ``target`` makes room); the bytes of its pages then."""
     opened: dict[str, int] = {}
     try:
+        for key in _page_directories(root):
+            try:
+                opened[key] = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
+            except OSError:
+                continue
+        writing = _sweep(root, list(opened.values()), own)[1]
+        entries = sorted(_pages(root), key=lambda entry: entry[2])  # (directory, name, mtime, size), oldest first
+        total = sum(size for *_, size in entries)
         for key, name, _, size in entries:
-            if total <= target:
+            if total + writing <= target:
                 break
             if key not in opened:
                 try:
@@ -340,16 +368,49 @@ def _write_usage(root: int, usage: int) -> None:
     replace_with(root, temporary, "usage")
 
 
+def _sweep(root: int, directories: list[int], own: str) -> tuple[int, int]:
+    """Under the lock: remove the temporaries of crashed processes, every ``.usage-*`` and ``.version-*`` of the
+    root (both are written under the lock) and the ``.partial-*`` older than :data:`STALE_TEMPORARY_SECONDS` in
+    ``directories`` (page directory descriptors); how many were removed, and the bytes of the younger
+    ``.partial-*`` but ``own`` (pages being written)."""
+    user, oldest = os.geteuid(), time.time_ns() - STALE_TEMPORARY_SECONDS * 10**9
+    removed = writing = 0
+    root_temporaries = (_USAGE, _VERSION_TEMPORARY)
+    for directory, prefix in [(root, root_temporaries)] + [(directory, _PARTIAL) for directory in directories]:
+        try:
+            with os.scandir(directory) as entries:
+                found = [entry for entry in entries if entry.name.startswith(prefix) and entry.name != own]
+        except OSError:
+            continue
+        for entry in found:
+            try:
+                status = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if status.st_uid != user or (prefix == _PARTIAL and status.st_mtime_ns > oldest):
+                writing += status.st_size if stat.S_ISREG(status.st_mode) and status.st_uid == user else 0
+                continue
+            try:
+                os.unlink(entry.name, dir_fd=directory)  # never follows: a link is removed, not its target
+                removed += 1
+            except OSError:
+                pass
+    return removed, writing
+
+
+def _page_directories(root: int) -> list[str]:
+    try:
+        with os.scandir(root) as entries:
+            return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def _pages(root: int) -> Iterator[tuple[str, str, int, int]]:
     """Every cached page under ``root``: (page directory, name, modification time, size). Only regular files of
     this user's in directories of this user's count; temporary files are not pages."""
     user = os.geteuid()
-    try:
-        with os.scandir(root) as entries:
-            directories = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for key in directories:
+    for key in _page_directories(root):
         try:
             descriptor = os.open(key, DIRECTORY_FLAGS, dir_fd=root)
         except OSError:

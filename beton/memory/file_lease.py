@@ -1,0 +1,113 @@
+"""A read lease that keeps a memory-mapped file from being truncated while batches read it (Linux).
+
+Reading a memory map past the end of a file that has been truncated kills the process with SIGBUS, and checking
+the file's size before each batch leaves a window between the check and the decoders' reads. A read lease
+(``fcntl(F_SETLEASE, F_RDLCK)``) closes it: the kernel makes any process that truncates the file or opens it for
+writing (``open(path, "wb")``, ``cp``, an editor, this process too) wait until the holder lets go, for at most
+``/proc/sys/fs/lease-break-time`` seconds (45 by default). :class:`FileLease` holds one on the OS cache's
+descriptor, and its thread (``beton-lease-watch``) asks every :data:`POLL_SECONDS` whether a break is pending
+(``F_GETLEASE``). From then on no batch may start reading the map (:meth:`FileLease.enter` raises
+:class:`~beton.errors.FormatError` naming the file), and once the batches reading it are done
+(:meth:`FileLease.leave`) the lease is released, so the other process goes on while nothing reads the map.
+
+The kernel notifies a lease holder with a signal too, SIGIO by default, whose default action ends the process:
+the lease asks for SIGURG instead, which is ignored unless a program handles it.
+
+Where no lease can be had (a file of another user, without CAP_LEASE; a file open for writing somewhere; file
+systems without leases, such as NFS; other systems than Linux), :attr:`FileLease.held` is False and the per-batch
+checks of the file's size and modification time are all there is: the window remains (docs/loader.md, "Memory").
+A batch that reads the map for longer than the lease-break time could still see the file truncated under it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import signal
+import threading
+
+from beton.errors import FormatError, locate
+
+__all__ = ["FileLease", "POLL_SECONDS"]
+
+#: How often the watching thread asks whether a break is pending: what a truncation waits for, at least.
+POLL_SECONDS = 0.02
+_JOIN_SECONDS = 0.1
+_LEASE_SIGNAL = getattr(signal, "SIGURG", 0)  # ignored by default; SIGIO (the kernel's default) ends the process
+
+
+class FileLease:
+    """A read lease on ``fd`` (open read-only), watched by a thread until :meth:`close`. ``held``: whether one was
+    granted. Batches call :meth:`enter` before reading the map and :meth:`leave` when they are done with it."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self._fd, self._path = fd, path
+        self._condition = threading.Condition()
+        self._reading: set[int] = set()  # batches reading the map
+        self._broken = False  # a break was pending: the map is read no more
+        self._stop = threading.Event()
+        self.held = _take_lease(fd)
+        self._thread: threading.Thread | None = None
+        if self.held:
+            self._thread = threading.Thread(target=self._watch, name="beton-lease-watch", daemon=True)
+            self._thread.start()
+
+    def enter(self, batch: int) -> None:
+        """Batch ``batch`` is about to read the map: FormatError if another process is truncating or writing the
+        file (the lease is breaking or broken)."""
+        with self._condition:
+            if self._broken:
+                raise locate(FormatError(
+                    "the file was truncated or opened for writing while it was being read (it may now be truncated "
+                    "or modified); the batches so far came from the file as it was opened"),
+                    path=self._path)
+            self._reading.add(batch)
+
+    def leave(self, batch: int) -> None:
+        """Batch ``batch`` reads the map no more."""
+        with self._condition:
+            self._reading.discard(batch)
+            self._condition.notify_all()
+
+    def _watch(self) -> None:
+        # Every call on the descriptor is made holding the condition and only before close() (which sets _stop
+        # holding it): the descriptor is closed after close(), and its number may then name another file.
+        while not self._stop.wait(POLL_SECONDS):
+            with self._condition:
+                if self._stop.is_set():
+                    return
+                try:
+                    if fcntl.fcntl(self._fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
+                        continue
+                except OSError:
+                    return
+                self._broken = True
+                self._condition.wait_for(lambda: not self._reading or self._stop.is_set())
+                if self._stop.is_set():
+                    return  # closing the descriptor releases the lease
+                try:
+                    fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # the other process goes on
+                except OSError:
+                    pass  # the kernel broke it already (the lease-break time passed)
+                return
+
+    def close(self) -> None:
+        """Stop watching; the caller closes the descriptor afterwards, which ends the lease. Joins the thread only
+        briefly (close also runs in finalisers, as the page reader's stop does): once ``_stop`` is set it makes
+        no further call on the descriptor, and it ends by itself."""
+        with self._condition:
+            self._stop.set()
+            self._condition.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_SECONDS)
+
+
+def _take_lease(fd: int) -> bool:
+    if not hasattr(fcntl, "F_SETLEASE"):
+        return False
+    try:
+        if _LEASE_SIGNAL:
+            fcntl.fcntl(fd, fcntl.F_SETSIG, _LEASE_SIGNAL)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError:
+        return False
+    return True

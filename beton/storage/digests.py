@@ -1,0 +1,75 @@
+"""Content digests (format version 3): BLAKE2b-256 of every heap page and table, and checking pages as they load.
+
+CRC32 finds damage, not forgery: whoever changes a page can keep its CRC32 by also changing 4 bytes of it. A
+version-3 file therefore also stores a BLAKE2b-256 digest of every page and every table (the digest table), and
+its header holds the digest of that table (``content_digest``), so the header pins every byte (docs/format.md).
+
+:class:`PageDigests` is what the memory layers hold when the user asked for content checks
+(``verify_content=True``): each page's expected digest, and which pages have been checked. A page is checked the
+first time it is loaded and trusted afterwards, within that Loader (the layers' per-batch checks of the file's
+size and modification time raise if the file changes after that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from beton.errors import CorruptDataError, locate
+from beton.storage import format as fmt
+
+__all__ = ["digest", "PageDigests", "NO_DIGESTS"]
+
+#: Why a file of version 1 or 2 (or an FFCV file) cannot be checked for content.
+NO_DIGESTS = ("the file has no content digests (format version {version}; only files of version 3 and later carry "
+              "them, and CRC32 checksums do not pin content): write it again with this beton, for instance with "
+              "`beton merge NEW_FILE FILE`, or read it without verify_content")
+
+
+def digest(data: Any) -> bytes:
+    """BLAKE2b-256 of a buffer (bytes or a contiguous uint8 array)."""
+    return hashlib.blake2b(data, digest_size=fmt.DIGEST_SIZE).digest()
+
+
+class PageDigests:
+    """The expected digests of a dataset's heap pages (several files as one: pages numbered across them, in file
+    order), each checked once, the first time :meth:`check` sees it.
+
+    Build it with :meth:`of`. :meth:`check` is called from any thread (the page reader, workers); two threads
+    checking the same page at once both hash it, which is harmless.
+    """
+
+    def __init__(self, paths: Sequence[str], digests: np.ndarray, first_page: np.ndarray, checked: np.ndarray) -> None:
+        """``digests``: ``(pages, DIGEST_SIZE)`` uint8, only read; ``first_page``: where file k's pages start (and
+        the last ends); ``checked``: the pages not to check (a new array: it records the pages checked since)."""
+        self._paths, self._digests, self._first_page, self._checked = list(paths), digests, first_page, checked
+
+    @classmethod
+    def of(cls, reader: Any) -> PageDigests | None:
+        """The page digests of an opened Reader that checks content (``reader.verify_content``), none checked yet;
+        None when it does not check content. (Several files as one: :func:`beton.dataset.union.page_digests`.)"""
+        if not reader.verify_content:
+            return None
+        return cls([reader.path], reader.page_digests.copy(),  # a copy: the Reader's map is not read after this
+                   np.array([0, reader.num_pages], np.int64), np.zeros(reader.num_pages, bool))
+
+    def unchecked(self, pages: np.ndarray) -> np.ndarray:
+        """Those of ``pages`` not checked yet."""
+        return pages[~self._checked[pages]]
+
+    def check(self, page: int, data: Any) -> None:
+        """Raise :class:`~beton.errors.CorruptDataError`, naming the file and its page, unless ``data`` (the whole
+        page) has the page's stored digest; a page checked before is not hashed again."""
+        if self._checked[page]:
+            return
+        if digest(data) != self._digests[page].tobytes():
+            file = int(np.searchsorted(self._first_page[1:], page, side="right"))
+            local = page - int(self._first_page[file])
+            raise locate(CorruptDataError(
+                f"content digest of heap page {local} does not match: its bytes are not those the file was written "
+                "with (CRC32 checksums can be kept by whoever changes a page; the BLAKE2b-256 digest cannot)"),
+                path=self._paths[file], page=local)
+        self._checked[page] = True

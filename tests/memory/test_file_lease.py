@@ -1,0 +1,84 @@
+"""A file truncated by another process while an OS-cache Loader reads its memory map: a FormatError naming the file,
+never SIGBUS (the read lease of beton.memory.file_lease)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from beton import Loader
+from beton.errors import BetonError
+from beton.fields import IntField, NDArrayField
+from beton.memory import OSCache
+
+from conftest import TESTS, write
+
+SIDE = 2048  # 4 MiB payloads: a batch's decoders read the map most of the time, so a truncation lands during reads
+FIELDS = {"big": NDArrayField(np.uint8, (SIDE, SIDE)), "label": IntField()}
+SAMPLES = 12
+RUNS = 4
+
+
+def read_while_truncated(*paths: str) -> None:
+    """Subprocess side: for each file, read epochs through the OS cache while another process (a shell) truncates
+    it, at a moment that differs from file to file; print what the loop saw (a SIGBUS would end this
+    process instead)."""
+    outcomes = []
+    for run, path in enumerate(paths):
+        outcome = {"batches": 0, "error": None, "lease": None}
+        truncator = None
+        with Loader(path, batch_size=2, num_workers=2, memory=OSCache(), batches_ahead=2) as loader:
+            outcome["lease"] = loader.memory.lease.held
+            try:
+                for _ in range(50):
+                    for big, label in loader:
+                        outcome["batches"] += 1
+                        if truncator is None:  # during reads and between them
+                            # (coreutils' truncate opens without waiting, so it would fail on the lease instead)
+                            truncator = subprocess.Popen(["sh", "-c", f"sleep {0.02 + 0.05 * run:.2f}; : > '{path}'"])
+            except BetonError as error:
+                outcome["error"] = [type(error).__name__, str(error)]
+        truncator.wait(timeout=60)
+        outcomes.append(outcome)
+    print(json.dumps(outcomes))
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("lease") / "big.beton", FIELDS,
+                 [(np.full((SIDE, SIDE), i, np.uint8), i) for i in range(SAMPLES)], page_size=1 << 22)
+
+
+def test_a_truncation_under_a_reading_loader_is_a_format_error_never_sigbus(big_file, tmp_path):
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), str(TESTS),
+                                                                os.environ.get("PYTHONPATH", "")])}
+    copies = [tmp_path / f"run{run}.beton" for run in range(RUNS)]
+    for copy in copies:
+        copy.write_bytes(big_file.read_bytes())
+    process = subprocess.run(
+        [sys.executable, "-c", "import sys, test_file_lease; test_file_lease.read_while_truncated(*sys.argv[1:])",
+         *map(str, copies)], capture_output=True, text=True, env=environment, timeout=300)
+    assert process.returncode == 0, f"the loader process died ({process.returncode}): {process.stderr[-2000:]}"
+    outcomes = json.loads(process.stdout.strip().splitlines()[-1])
+    for copy, outcome in zip(copies, outcomes, strict=True):
+        assert outcome["lease"] is True
+        assert outcome["error"] is not None and outcome["error"][0] == "FormatError", outcome
+        assert copy.name in outcome["error"][1]
+        assert copy.stat().st_size == 0  # the truncation went through
+
+
+def test_a_loader_that_gets_no_lease_still_reads(big_file, tmp_path):
+    """A file open for writing elsewhere gets no lease (nor would another user's file, or one on NFS): the OS cache
+    reads it as before, with its per-batch checks."""
+    with open(big_file, "r+b"):
+        with Loader(big_file, batch_size=4, num_workers=1, memory=OSCache()) as loader:
+            assert loader.memory.lease.held is False
+            assert sum(len(label) for _, label in loader) == SAMPLES
+    with Loader(big_file, batch_size=4, num_workers=1, memory=OSCache()) as loader:
+        assert loader.memory.lease.held is True
+        assert [int(label) for _, labels in loader for label in labels] == list(range(SAMPLES))
