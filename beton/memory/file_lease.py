@@ -91,10 +91,17 @@ class FileLease:
                 return
 
     def close(self) -> None:
-        """Stop watching; the caller closes the descriptor afterwards, which ends the lease. Joins the thread only
-        briefly (close also runs in finalisers, as the page reader's stop does): once ``_stop`` is set it makes
-        no further call on the descriptor, and it ends by itself."""
+        """Let go of the lease and stop watching. Called while the descriptor is still open: the lease is released
+        here, not by closing the descriptor, which a view of the map may keep open long after (the lease would
+        then outlive its watcher, and whoever writes the file would wait the whole lease-break time). Joins the
+        thread only briefly (close also runs in finalisers, as the page reader's stop does): once ``_stop`` is set
+        it makes no further call on the descriptor, and it ends by itself."""
         with self._condition:
+            if self.held and not self._stop.is_set():
+                try:
+                    fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+                except OSError:
+                    pass  # broken already: by the watcher, or by the kernel once the lease-break time passed
             self._stop.set()
             self._condition.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():

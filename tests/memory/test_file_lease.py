@@ -82,3 +82,26 @@ def test_a_loader_that_gets_no_lease_still_reads(big_file, tmp_path):
     with Loader(big_file, batch_size=4, num_workers=1, memory=OSCache()) as loader:
         assert loader.memory.lease.held is True
         assert [int(label) for _, labels in loader for label in labels] == list(range(SAMPLES))
+
+
+def leases_on(path: str) -> list[str]:
+    """This process's lines of /proc/locks for leases on ``path``'s inode."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as locks:
+        return [line for line in locks if "LEASE" in line and f":{inode} " in line and f" {os.getpid()} " in line]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux's /proc/locks")
+def test_closing_the_loader_lets_go_of_the_lease_while_views_of_the_map_live_on(big_file):
+    """The map keeps a descriptor of its own, and views of it can outlive close(): the lease must not live on with
+    them, or whoever writes the file next waits the whole lease-break time (45 s by default)."""
+    loader = Loader(big_file, batch_size=2, num_workers=2, memory=OSCache())
+    for _ in loader:
+        pass
+    view = np.frombuffer(loader.memory._memory, np.uint8)  # a view of the map, as a decoder's source holds one
+    if not loader.memory.lease.held:
+        pytest.skip("the kernel granted no lease here (a file system without leases)")
+    assert leases_on(big_file)
+    loader.close()
+    assert not leases_on(big_file), "the lease outlived close()"
+    del view
