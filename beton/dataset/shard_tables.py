@@ -26,16 +26,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beton.errors import BetonError, CorruptDataError, FormatError, ShardNotFoundError, error_context
+from beton.errors import BetonError, CorruptDataError, FormatError, ShardError, ShardNotFoundError, error_context, locate
 from beton.dataset.manifest import Manifest, field_specs
 from beton.storage import format as fmt
-from beton.storage.reader import (_CONTENT_DIGEST_SLICE, _DIGESTS_START, TABLES_WITH_DIGESTS, Reader,
+from beton.storage.page_source import file_identity
+from beton.storage.remote import is_url
+from beton.storage.reader import (_CONTENT_DIGEST_SLICE, _DIGESTS_START, TABLES_WITH_DIGESTS, FieldDescriptor, Reader,
                                   _check_allocations, _check_gaps_are_zero, _check_layout, _check_sample_count,
                                   _check_table_digests, _checks_content, _digest_table, _parse_field_table,
                                   _read_header, _table_names, _typed_table)
 
-__all__ = ["ShardTables", "FirstShard", "read_local_tables", "read_small_tables", "tables_of_reader", "records",
-           "SMALL_SHARD_BYTES"]
+__all__ = ["ShardTables", "FirstShard", "check_payload_columns", "read_local_tables", "read_small_tables",
+           "tables_of_reader", "records", "SMALL_SHARD_BYTES"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,7 +45,9 @@ class ShardTables:
     """One shard's tables and geometry: what the union keeps of it while it is closed. ``size``: the file's size
     when read, checked again when the shard is opened to read pages. ``data`` and ``allocations``: the data and
     allocation tables' bytes as stored (checked), which the union joins into one array each. ``page_digests``: the
-    BLAKE2b-256 of each page (``num_pages * DIGEST_SIZE`` bytes) where the shard's content is checked, else None."""
+    BLAKE2b-256 of each page (``num_pages * DIGEST_SIZE`` bytes) where the shard's content is checked, else None.
+    ``identity``: a local file's :func:`~beton.storage.page_source.file_identity` when its tables were read, which a
+    reopened shard must still have (None for a URL)."""
 
     size: int
     num_samples: int
@@ -55,6 +59,7 @@ class ShardTables:
     allocations: bytes
     metadata_json: bytes
     page_digests: bytes | None = None
+    identity: tuple[int, int, int] | None = None
 
     def data_table(self, dtype: np.dtype) -> np.ndarray:
         return records(self.data, dtype, (self.num_samples,))
@@ -73,25 +78,41 @@ def records(data: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
 @dataclasses.dataclass(frozen=True, eq=False)
 class FirstShard:
     """What every shard is compared with: the first shard's field table (bytes), its counts of fields and payload
-    fields, and its data-table record."""
+    fields, its data-table record, and the allocation-table column of each field with a payload."""
 
     field_table: bytes
     num_fields: int
     num_payload_fields: int
     data_dtype: np.dtype
+    payload_columns: dict[str, int]
+
+
+def check_payload_columns(manifest: Manifest, number: int, descriptors: Sequence[FieldDescriptor],
+                          first: FirstShard) -> None:
+    """ShardError unless shard ``number`` (whose field table differs from the first shard's in its bytes) keeps each
+    field's payloads in the first shard's column: the union joins the allocation tables column by column, so
+    another order would hand one field's payloads to another's decoder."""
+    columns = {d.name: d.payload_column for d in descriptors if d.has_payload}
+    if columns != first.payload_columns:
+        raise locate(ShardError(f"shard {number} keeps its fields' payloads in other allocation-table columns "
+                                f"({columns}) than shard 0 ({first.payload_columns}): rewrite it with the same "
+                                "fields in the same order"), path=manifest.shards[number].location)
 
 
 def tables_of_reader(reader: Reader) -> tuple[ShardTables, FirstShard]:
     """The tables of an opened, validated Reader (a remote shard, or the first shard), copied out of its map, and
     its field table as the others are compared with it."""
     blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in _table_names(reader.header)}
+    # a local Reader keeps no descriptor: its file as it is now, which a single file's page source records too
+    identity = None if is_url(reader.path) else file_identity(os.stat(reader.path))
     tables = ShardTables(len(reader.file_map), reader.num_samples, reader.num_pages, reader.page_size,
                          reader.heap_offset, reader.heap_size, blobs["data_table"], blobs["allocation_table"],
                          blobs.get("metadata", b"{}"),
-                         reader.page_digests.tobytes() if reader.verify_content else None)
+                         reader.page_digests.tobytes() if reader.verify_content else None, identity)
     header = reader.header
     return tables, FirstShard(blobs["field_table"], int(header["num_fields"]), int(header["num_payload_fields"]),
-                              reader.data_table.dtype)
+                              reader.data_table.dtype, {name: d.payload_column for name, d in
+                                                        reader.descriptors.items() if d.has_payload})
 
 
 def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify_content: bool | None) -> ShardTables:
@@ -104,8 +125,11 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
             descriptor = os.open(shard.location, os.O_RDONLY)
         except FileNotFoundError as error:
             raise ShardNotFoundError(f"shard {number} of {len(manifest.shards)} is missing: {error}") from None
+        except OSError as error:  # a directory, a file this user may not read, ...
+            raise ShardError(f"shard {number} of {len(manifest.shards)} cannot be read: {error}") from None
         try:
-            size = os.fstat(descriptor).st_size
+            status = os.fstat(descriptor)
+            size = status.st_size
             if size < fmt.HEAP_OFFSET:
                 _read_header(np.frombuffer(os.pread(descriptor, fmt.HEADER_SIZE, 0), np.uint8))  # says what is wrong
                 raise FormatError(f"file is {size} bytes; a beton file has at least {fmt.HEAP_OFFSET}")
@@ -113,7 +137,8 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
         finally:
             os.close(descriptor)
         try:
-            return _tables(manifest, number, np.frombuffer(mapping, np.uint8), first, verify_content)
+            tables = _tables(manifest, number, np.frombuffer(mapping, np.uint8), first, verify_content)
+            return dataclasses.replace(tables, identity=file_identity(status))
         finally:
             try:
                 mapping.close()
@@ -138,6 +163,7 @@ def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstS
         # written otherwise (or its header counts fields otherwise): parsed as a Reader parses it, same fields
         descriptors = _parse_field_table(tables["field_table"], header)
         manifest.check_fields(number, field_specs({d.name: d for d in descriptors}))
+        check_payload_columns(manifest, number, descriptors, first)
     num_samples, num_columns = int(header["num_samples"]), int(header["num_payload_fields"])
     _check_sample_count(num_samples, first.data_dtype.itemsize, num_columns, len(file_map))
     data = _typed_table(tables["data_table"], first.data_dtype, (num_samples,), "data_table")
@@ -180,7 +206,8 @@ def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstSh
     result: list[ShardTables] = []
     for start in range(0, len(numbers), _SHARDS_AT_ONCE):  # so that the files read stay few in memory
         chunk = numbers[start : start + _SHARDS_AT_ONCE]
-        contents: list[bytes | None] = [_read_small(manifest.shards[number].location) for number in chunk]
+        read = [_read_small(manifest.shards[number].location) for number in chunk]
+        contents = [None if found is None else found[0] for found in read]
         small = [position for position, content in enumerate(contents) if content is not None]
         passed = np.zeros(len(chunk), bool)
         made: dict[int, ShardTables] = {}
@@ -189,25 +216,28 @@ def read_small_tables(manifest: Manifest, numbers: Sequence[int], first: FirstSh
             headers = np.frombuffer(b"".join(content[: fmt.HEADER_SIZE] for content in chosen), fmt.HEADER_DTYPE)
             passed[small] = _pass_checks(manifest, [chunk[position] for position in small], chosen, headers, first,
                                          verify_content)
-            made = dict(zip(small, _small_tables(chosen, headers, verify_content)))
+            made = {position: dataclasses.replace(tables, identity=read[position][1])  # type: ignore[index]
+                    for position, tables in zip(small, _small_tables(chosen, headers, verify_content))}
         result += [made[position] if passed[position] else read_local_tables(manifest, number, first, verify_content)
                    for position, number in enumerate(chunk)]
     return result
 
 
-def _read_small(location: str) -> bytes | None:
-    """The whole file, or None where it is missing, larger than :data:`SMALL_SHARD_BYTES`, or smaller than a
-    beton file can be (those are read one by one, which says what is wrong)."""
+def _read_small(location: str) -> tuple[bytes, tuple[int, int, int]] | None:
+    """The whole file and its :func:`~beton.storage.page_source.file_identity`, or None where it is missing, larger
+    than :data:`SMALL_SHARD_BYTES`, or smaller than a beton file can be (those are read one by one, which says what
+    is wrong)."""
     try:
         descriptor = os.open(location, os.O_RDONLY)
     except OSError:
         return None
     try:
-        size = os.fstat(descriptor).st_size
+        status = os.fstat(descriptor)
+        size = status.st_size
         if not fmt.HEAP_OFFSET <= size <= SMALL_SHARD_BYTES:
             return None
         content = os.pread(descriptor, size, 0)
-        return content if len(content) == size else None
+        return (content, file_identity(status)) if len(content) == size else None
     finally:
         os.close(descriptor)
 

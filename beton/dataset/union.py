@@ -58,7 +58,8 @@ from beton.fields.base import Field
 from beton.limits import ReadLimits
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.dataset.shard_tables import FirstShard, ShardTables, read_small_tables, tables_of_reader, records
+from beton.dataset.shard_tables import (FirstShard, ShardTables, check_payload_columns, read_small_tables,
+                                         records, tables_of_reader)
 from beton.storage import format as fmt
 from beton.storage.digests import PageDigests
 from beton.storage.metadata import decode_metadata
@@ -207,6 +208,7 @@ class ShardedDataset(TableNames):
         self.shifts = _read_only(self.heap_offset + self.first_page[:-1] * self.page_size - heap_offsets)
         self.heap_ends = _read_only(self.shifts + heap_offsets + heap_sizes)
         self.file_sizes = _read_only(np.array([table.size for table in tables], np.int64))
+        self._identities = tuple(table.identity for table in tables)  # each local shard as its tables were read
         shard_of_page = np.repeat(np.arange(len(tables)), counts)
         local_end = (np.arange(self.num_pages, dtype=np.int64) - self.first_page[shard_of_page] + 1) * self.page_size
         self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
@@ -308,9 +310,15 @@ class ShardedDataset(TableNames):
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
         try:
             return LocalFile.reopened(shard.location, int(self.file_sizes[number]),
-                                      lambda header: header_digest(header) == shard.header_sha256)
+                                      lambda header: header_digest(header) == shard.header_sha256,
+                                      self._identities[number])
         except FileNotFoundError as error:
             raise self._missing(number, error) from None
+        except OSError as error:  # a file this user may no longer read, ...
+            if isinstance(error, BetonError):
+                raise
+            raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} cannot be read: {error}"),
+                         path=shard.location) from None
         except FormatError as error:
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
@@ -540,7 +548,8 @@ def _read_tables(dataset: ShardedDataset, first: FirstShard, verify_content: boo
     tables = dict(zip(local, read_small_tables(dataset.manifest, local, first, verify_content)))
 
     def remote_tables(number: int) -> ShardTables:
-        with dataset.open_shard(number) as reader:
+        with dataset.open_shard(number) as reader:  # its fields checked against the manifest's as it opened
+            check_payload_columns(dataset.manifest, number, list(reader.descriptors.values()), first)
             return tables_of_reader(reader)[0]
 
     if urls:

@@ -393,7 +393,11 @@ def _physical_memory() -> int:
 
 
 def _pinned(value: Any) -> Any:
-    return value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+    if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+        return value
+    if value.is_pinned():  # a slot's pinned buffer: pin_memory() would hand out the slot itself, not a copy
+        return torch.empty_like(value, pin_memory=True).copy_(value)
+    return value.pin_memory()
 
 
 def _copy(value: Any) -> Any:

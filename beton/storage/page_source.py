@@ -18,7 +18,7 @@ from beton.storage import format as fmt
 from beton.storage.reader import Reader
 from beton.storage.remote import RemotePageSource
 
-__all__ = ["PageSource", "LocalFile", "open_page_source"]
+__all__ = ["PageSource", "LocalFile", "open_page_source", "file_identity"]
 
 
 class PageSource(Protocol):
@@ -47,6 +47,11 @@ class PageSource(Protocol):
     def close(self) -> None: ...
 
 
+def file_identity(status: os.stat_result) -> tuple[int, int, int]:
+    """What tells a file, and a modification of it, apart: its device, inode and modification time."""
+    return (status.st_dev, status.st_ino, status.st_mtime_ns)
+
+
 class LocalFile:
     """The Loader's file, opened once, with checks that it is still the file that was opened and validated.
 
@@ -62,11 +67,17 @@ class LocalFile:
         self._open(reader.path, len(opened), lambda found: found == header)
 
     @classmethod
-    def reopened(cls, path: str, size: int, header_matches: Callable[[bytes], bool]) -> LocalFile:
+    def reopened(cls, path: str, size: int, header_matches: Callable[[bytes], bool],
+                 identity: tuple[int, int, int] | None = None) -> LocalFile:
         """A file validated earlier and closed since (a shard of a union, opened when an epoch reaches it): it must
-        still be ``size`` bytes, with a header that ``header_matches``."""
+        still be ``size`` bytes, with a header that ``header_matches``, and the same file, unmodified, as when it
+        was validated (``identity``: :func:`file_identity` then) - its pages may have been rewritten in place
+        while it was closed, which neither its size nor its header shows."""
         source = cls.__new__(cls)
         source._open(path, size, header_matches)
+        if identity is not None and (*source._identity, source._mtime) != identity:
+            source.close()
+            raise source._error("the file was replaced or modified since its tables were read")
         return source
 
     def _open(self, path: str, size: int, header_matches: Callable[[bytes], bool]) -> None:

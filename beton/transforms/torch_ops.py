@@ -167,6 +167,11 @@ class ToDevice(BatchOperation):
     def _move(self, tensor: torch.Tensor) -> torch.Tensor:
         device = torch.device(self.device)
         if device.type == "cuda" and torch.cuda.is_available() and tensor.device.type == "cpu":
+            if tensor.is_pinned():
+                # pinned already (a slot's buffer, where an operation asked for pinned memory): pin_memory() would
+                # give this very buffer, and an asynchronous copy could still be reading it when the slot is
+                # filled with a later batch, so this copy completes before the batch moves on
+                return tensor.to(device, non_blocking=False)
             return tensor.pin_memory().to(device, non_blocking=self.non_blocking)
         return tensor.to(device)
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import beton
 from beton import Loader, OrderOption
 from beton.dataset.manifest import Manifest, field_specs, header_digest
-from beton.storage.format import HEADER_DTYPE
+from beton.storage.format import HEADER_DTYPE, HEAP_OFFSET
 from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset
 from beton.errors import BetonError, ShardError, ShardNotFoundError
 from beton.fields import IntField, NDArrayField
@@ -164,7 +164,7 @@ def test_a_ring_of_few_open_shards_reads_exactly_what_one_file_reads(hundred, ma
         dataset.close()
 
 
-@pytest.mark.parametrize("change", ["deleted", "replaced"])
+@pytest.mark.parametrize("change", ["deleted", "replaced", "rewritten in place"])
 def test_a_shard_deleted_or_replaced_mid_epoch_is_a_beton_error_naming_it(tmp_path, change):
     whole, parts = make_shards(tmp_path, 100)
     loader = Loader(parts, batch_size=8, num_workers=1, order=OrderOption.SEQUENTIAL)
@@ -173,8 +173,15 @@ def test_a_shard_deleted_or_replaced_mid_epoch_is_a_beton_error_naming_it(tmp_pa
         next(iterator)  # the first shards are open; shard 90 is not yet
         if change == "deleted":
             os.remove(parts[90])
-        else:
+        elif change == "replaced":
             shutil.copyfile(parts[91], parts[90])  # another file of the same size, another header
+        else:  # a payload byte changed, as rsync --inplace or a damaged disk would: the same size and header
+            with open(parts[90], "r+b") as file:
+                first = file.read(HEAP_OFFSET + 1)[-1]
+                file.seek(HEAP_OFFSET)
+                file.write(bytes([first ^ 1]))
+            status = os.stat(parts[90])  # a later time, whatever the clock's granularity
+            os.utime(parts[90], ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
         expected = ShardNotFoundError if change == "deleted" else ShardError
         with pytest.raises(expected) as raised:
             for _ in iterator:

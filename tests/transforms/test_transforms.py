@@ -276,8 +276,11 @@ def test_to_device_pins_and_copies_asynchronously_only_where_cuda_is(tile_file, 
     class RecordingBatch:  # stands in for a CPU tensor: records what ToDevice asks of it
         device = torch.device("cpu")
 
-        def __init__(self):
-            self.calls = []
+        def __init__(self, pinned=False):
+            self.calls, self.pinned = [], pinned
+
+        def is_pinned(self):
+            return self.pinned
 
         def pin_memory(self):
             self.calls.append("pin")
@@ -287,9 +290,12 @@ def test_to_device_pins_and_copies_asynchronously_only_where_cuda_is(tile_file, 
             self.calls.append((str(device), non_blocking))
             return self
 
-    for cuda, expected in ((True, ["pin", ("cuda", True)]), (False, [("cuda", False)])):
+    # a slot's buffer pinned already: pin_memory() would give the slot itself, so the copy out of it is synchronous
+    # (an asynchronous one could still read it when a later batch fills the slot)
+    for cuda, pinned, expected in ((True, False, ["pin", ("cuda", True)]), (False, False, [("cuda", False)]),
+                                   (True, True, [("cuda", False)])):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-        batch = RecordingBatch()
+        batch = RecordingBatch(pinned)
         ToDevice("cuda").apply(batch, None)
         assert batch.calls == expected
 
