@@ -48,7 +48,7 @@ from beton.order.balanced import batch_composition
 from beton.fields.base import Field
 from beton.storage.encode import EncodeSpec
 from beton.storage.file_builder import field_table_bytes
-from beton.storage.format import HEAP_OFFSET, data_table_dtype
+from beton.storage.format import DIGEST_SIZE, DIGESTED_TABLES, HEAP_OFFSET, data_table_dtype
 from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
@@ -334,9 +334,10 @@ def balanced_size(reader: Reader, field: str, raw_samples: np.ndarray) -> int:
     fields = balanced_fields(reader, field)
     data_dtype = data_table_dtype((name, f.metadata_dtype) for name, f in fields.items())
     spec = EncodeSpec(reader.path, tuple(fields), tuple(fields.values()), data_dtype, 0)
-    metadata = encode_metadata(reader.metadata) or b""
-    tables = [len(field_table_bytes(spec)), reader.num_samples * data_dtype.itemsize, sizes.size * 16,
-              -(-heap // reader.page_size) * 4] + ([len(metadata)] if metadata else [])
+    metadata = encode_metadata(reader.metadata) or b"{}"  # a file of the current version always has the table
+    pages = -(-heap // reader.page_size)
+    tables = [len(field_table_bytes(spec)), reader.num_samples * data_dtype.itemsize, sizes.size * 16, pages * 4,
+              len(metadata), (pages + len(DIGESTED_TABLES)) * DIGEST_SIZE]  # the digest table: pages', tables'
     position = HEAP_OFFSET + heap
     for table in tables:
         position += -position % _TABLE_ALIGNMENT + table
