@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -365,7 +366,13 @@ class EpochIterator:
         finaliser ends the epoch, returns at once in one of its workers, else waits for the workers to leave
         their loop (which needs only the epoch's own lock) and gives each a short join, after which a thread
         whose exit is blocked ends by itself once the lock is released.
+
+        At the interpreter's exit it does nothing: the other threads are stopped for good then, wherever they
+        were, possibly holding this epoch's lock or the OS cache's lease lock, so taking either would hang the
+        exit; the process's end releases the file, its lease and the memory anyway.
         """
+        if sys.is_finalizing():
+            return
         try:
             self._state.close()
             if threading.current_thread() in self._threads:

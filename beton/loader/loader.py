@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -457,6 +458,8 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():
+            return  # see EpochIterator.__del__: the process's end releases what a close would
         try:
             self._close_active("the Loader was closed")
             self.memory.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import resource
 import threading
 import time
@@ -185,3 +187,30 @@ def test_an_epoch_ended_from_another_thread_while_the_loop_waits_raises_why(imag
     assert len(raised) == 1 and isinstance(raised[0], LoaderError), raised
     assert ("the Loader was closed" if ending == "close" else "started another epoch") in str(raised[0])
     loader.close()
+
+
+@pytest.mark.parametrize("os_cache", [True, False])
+def test_the_process_exits_whatever_locks_its_stopped_threads_held(image_file, os_cache):
+    """At the interpreter's exit the other threads are stopped wherever they are, possibly inside a lock of the
+    loader's (the OS cache's lease watcher, a worker in the epoch's lock); the loader's finalisers then run and
+    must not wait for those locks. Threads stand in for them here, holding the locks as the exit comes."""
+    script = f"""
+import threading, time
+import beton
+loader = beton.Loader({str(image_file)!r}, batch_size=8, num_workers=2, os_cache={os_cache})
+batches = iter(loader)
+next(batches)
+locks = [batches._state.condition] + ([loader.memory.lease._condition] if {os_cache} else [])
+def hold(lock, held):
+    lock.acquire()
+    held.set()
+    time.sleep(3600)
+for lock in locks:
+    held = threading.Event()
+    threading.Thread(target=hold, args=(lock, held), daemon=True).start()
+    held.wait()
+print("exiting")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "exiting\n"
