@@ -160,9 +160,11 @@ class ShardMapsLayer(MemoryLayer):
 
 def _check_pages(digests: PageDigests, heap: Heap, mapped: np.ndarray, shift: int, offsets: np.ndarray,
                  sizes: np.ndarray) -> None:
-    """Hash every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
+    """Check every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
     (a file's map, whose bytes lie ``shift`` before their virtual offsets): whole pages, even where decoders read
-    parts of payloads, since a page's digest covers all of it."""
-    for page in digests.unchecked(heap.pages_of(offsets, sizes)).tolist():
+    parts of payloads, since a page's digest covers all of it. Hashed in the map itself: no copy."""
+    def page_bytes(page: int) -> np.ndarray:
         start, end = heap.page_bounds(page)
-        digests.check(page, mapped[start - shift : end - shift])
+        return mapped[start - shift : end - shift]
+
+    digests.check_pages(heap.pages_of(offsets, sizes).tolist(), page_bytes)
