@@ -6,7 +6,12 @@ process cache. A Loader hashes each page once, the first time it loads it, so th
 epoch: every measured epoch here is the first of a fresh Loader (built inside the timing, on both sides), the two
 sides alternating round by round, and the result is the paired ratio (median over rounds of checked/plain time):
 the cost of hashing the whole dataset once, as a share of an epoch. Later epochs of the same Loader hash nothing.
-Also the raw BLAKE2b-256 rate of this machine, for scale. Results: benchmarks/results/content_check.json.
+
+Each epoch's wall time and the process's CPU time (every thread's: the workers and the page reader are threads)
+are recorded. On a machine shared with other jobs the CPU time is the steadier figure: other jobs stretch an epoch's
+wall time by however long they hold the cores, but not the CPU time this process spends. Also the raw BLAKE2b-256
+rate of this machine, for scale (and the CPU time that hashing the file once takes at that rate).
+``--output`` names the results file (default benchmarks/results/content_check.json).
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import numpy as np
 from beton.tools.bench import contenders as c
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import run_header, save_json
-from beton.tools.bench.timing import alternating_runs, paired_ratio
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "content_check.json")
 
@@ -37,6 +41,27 @@ class FreshLoaders:
     def __iter__(self):
         with c.beton_images(self.path, self.task, **self.options) as loader:
             yield from loader
+
+
+def first_epochs(sides: dict[str, FreshLoaders], repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Per side, the wall and CPU seconds of ``repeats`` first epochs, the sides alternating round by round (after
+    one warm-up epoch each: compilation, page cache, worker start)."""
+    times: dict[str, dict[str, list[float]]] = {name: {"wall_s": [], "cpu_s": []} for name in sides}
+    for warm_up in sides.values():
+        sum(1 for _ in warm_up)
+    for _ in range(repeats):
+        for name, loaders in sides.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in loaders:
+                pass
+            times[name]["wall_s"].append(time.perf_counter() - wall)
+            times[name]["cpu_s"].append(time.process_time() - cpu)
+    return times
+
+
+def paired_cost(plain: list[float], checked: list[float]) -> float:
+    """Percent more time checked than plain: the median over rounds of the ratio within each round."""
+    return round(100 * (statistics.median(b / a for a, b in zip(plain, checked)) - 1), 1)
 
 
 def blake2b_rate(megabytes: int = 256) -> float:
@@ -57,19 +82,23 @@ def main() -> None:
     count = arguments.images or (500 if arguments.quick else 2000)
     repeats = arguments.repeats or (3 if arguments.quick else 7)
     task = c.ImageTask("rrc", 160, 64)
-    result = {**run_header(), "images": count, "repeats": repeats, "scenario": "a. RRC-160, ~256 px JPEGs",
+    result = {**run_header(), "load_average_1min_at_start": round(os.getloadavg()[0], 1), "images": count, "repeats": repeats, "scenario": "a. RRC-160, ~256 px JPEGs",
               "blake2b_MB_per_s": round(blake2b_rate())}
     with tempfile.TemporaryDirectory() as directory:
         path = c.write_beton_images(make_jpegs(count, 256), os.path.join(directory, "small.beton"))
         result["file_MB"] = round(os.path.getsize(path) / 1e6, 1)
+        result["hash_once_cpu_s"] = round(result["file_MB"] / result["blake2b_MB_per_s"], 3)
         for name, os_cache in (("os_cache", True), ("process_cache", False)):
-            runs = alternating_runs({"plain": FreshLoaders(path, task, os_cache=os_cache),
-                                     "checked": FreshLoaders(path, task, os_cache=os_cache, verify_content=True)},
-                                    repeats)
-            ratio = paired_ratio(runs["plain"], runs["checked"])  # rates: plain/checked = checked time / plain time
-            result[name] = {"images_per_s": {side: round(statistics.median(rates)) for side, rates in runs.items()},
-                            "first_epoch_cost_percent": round(100 * (ratio - 1), 1),
-                            "rounds": {side: [round(rate) for rate in rates] for side, rates in runs.items()}}
+            times = first_epochs({"plain": FreshLoaders(path, task, os_cache=os_cache),
+                                  "checked": FreshLoaders(path, task, os_cache=os_cache, verify_content=True)},
+                                 repeats)
+            result[name] = {
+                **{f"first_epoch_{kind}_cost_percent": paired_cost(times["plain"][kind], times["checked"][kind])
+                   for kind in ("wall_s", "cpu_s")},
+                "median_s": {side: {kind: round(statistics.median(values), 3) for kind, values in kinds.items()}
+                             for side, kinds in times.items()},
+                "rounds": {side: {kind: [round(value, 3) for value in values] for kind, values in kinds.items()}
+                           for side, kinds in times.items()}}
             print(name, result[name], flush=True)
     save_json(arguments.output, result)
     print(result)
