@@ -17,17 +17,28 @@ Where no lease can be had (a file of another user, without CAP_LEASE; a file ope
 systems without leases, such as NFS; other systems than Linux), :attr:`FileLease.held` is False and the per-batch
 checks of the file's size and modification time are all there is: the window remains (docs/loader.md, "Memory").
 A batch that reads the map for longer than the lease-break time could still see the file truncated under it.
+
+Maps read only briefly (the OS cache over several files copies each batch's payloads out of its shards' maps, and
+the decoders read the copies) need no watching thread: :class:`CopyLeases` takes a shard's lease when a copy out of
+its map starts and lets go of it when the last copy in progress ends, and between taking it and copying, the caller
+checks that the file is as it was opened (a truncation that happened before the lease was taken is seen then; one
+attempted during the copy waits for its end). Where a lease was had once for a file and cannot be had again (a
+process is truncating or writing it), the copy raises :class:`~beton.errors.FormatError` instead; where none was
+ever had, the copy goes on with the per-batch checks only, as above.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import signal
 import threading
+from collections.abc import Callable, Iterator
 
 from beton.errors import FormatError, locate
 
-__all__ = ["FileLease", "POLL_SECONDS"]
+__all__ = ["FileLease", "CopyLeases", "POLL_SECONDS"]
 
 #: How often the watching thread asks whether a break is pending: what a truncation waits for, at least.
 POLL_SECONDS = 0.02
@@ -106,6 +117,65 @@ class FileLease:
             self._condition.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(_JOIN_SECONDS)
+
+
+_CHANGING = ("the file was truncated or opened for writing while it was being read (it may now be truncated or "
+             "modified); the batches so far came from the file as it was opened")
+
+
+@dataclasses.dataclass
+class _Copying:
+    owner: object  # what the descriptor belongs to: a descriptor number may name another file once it is closed
+    copies: int = 0  # copies out of its map in progress
+    leased: bool = False  # the lease is held now
+    ever_leased: bool = False  # a lease was granted once: a refusal now means the file is being changed
+
+
+class CopyLeases:
+    """Read leases held while copies out of memory maps are in progress (module docstring), for any number of
+    files, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[int, _Copying] = {}  # descriptor -> its copies
+
+    @contextlib.contextmanager
+    def copying(self, fd: int, path: str, owner: object, check: Callable[[], None]) -> Iterator[bool]:
+        """Hold the read lease on ``fd`` (open read-only; ``owner``: the object whose descriptor it is) while the
+        block copies out of its map; ``check()`` raises unless the file is still as it was opened, and runs once
+        the lease is held. Yields whether it is held (False: the kernel grants none for this file).
+        :class:`~beton.errors.FormatError` naming ``path`` when another process is truncating or writing it."""
+        with self._lock:
+            state = self._files.get(fd)
+            if state is None or state.owner is not owner:
+                state = self._files[fd] = _Copying(owner)
+            if state.copies == 0:
+                state.leased = _take_lease(fd)
+                if state.ever_leased and not state.leased:
+                    raise locate(FormatError(_CHANGING), path=path)
+                state.ever_leased |= state.leased
+            elif state.leased and _lease_of(fd) != fcntl.F_RDLCK:  # a break is pending: join no copy to it
+                raise locate(FormatError(_CHANGING), path=path)
+            state.copies += 1
+        try:
+            check()  # with the lease held: a truncation before it shows now, one after it waits for the copies
+            yield state.leased
+        finally:
+            with self._lock:
+                state.copies -= 1
+                if state.copies == 0 and state.leased:
+                    state.leased = False
+                    try:
+                        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # whoever waits to truncate goes on
+                    except OSError:
+                        pass  # the kernel broke it already (the lease-break time passed)
+
+
+def _lease_of(fd: int) -> int:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETLEASE)
+    except OSError:
+        return fcntl.F_UNLCK
 
 
 def _take_lease(fd: int) -> bool:
