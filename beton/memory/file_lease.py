@@ -7,7 +7,8 @@ writing (``open(path, "wb")``, ``cp``, an editor, this process too) wait until t
 ``/proc/sys/fs/lease-break-time`` seconds (45 by default). :class:`FileLease` holds one on the OS cache's
 descriptor, and its thread (``beton-lease-watch``) asks every :data:`POLL_SECONDS` whether a break is pending
 (``F_GETLEASE``). From then on no batch may start reading the map (:meth:`FileLease.enter` raises
-:class:`~beton.errors.FormatError` naming the file), and once the batches reading it are done
+:class:`~beton.errors.FormatError` naming the file; the same when ``F_GETLEASE`` fails, since the lease can then
+no longer be vouched for), and once the batches reading it are done
 (:meth:`FileLease.leave`) the lease is released, so the other process goes on while nothing reads the map.
 
 The kernel notifies a lease holder with a signal too, SIGIO by default, whose default action ends the process:
@@ -44,6 +45,11 @@ __all__ = ["FileLease", "CopyLeases", "POLL_SECONDS"]
 POLL_SECONDS = 0.02
 _JOIN_SECONDS = 0.1
 _LEASE_SIGNAL = getattr(signal, "SIGURG", 0)  # ignored by default; SIGIO (the kernel's default) ends the process
+_CHANGING = ("the file was truncated or opened for writing while it was being read (it may now be truncated or "
+             "modified); the batches so far came from the file as it was opened")
+_LOST = ("the file's read lease could not be checked any more, so nothing holds off a truncation of its memory map: "
+         "the batches so far came from the file as it was opened; read it again with a new Loader, or with "
+         "memory=ProcessCache()")
 
 
 class FileLease:
@@ -54,7 +60,7 @@ class FileLease:
         self._fd, self._path = fd, path
         self._condition = threading.Condition()
         self._reading: set[int] = set()  # batches reading the map
-        self._broken = False  # a break was pending: the map is read no more
+        self._broken = ""  # why the map is read no more (a break was pending, or the lease was lost); "": it is read
         self._stop = threading.Event()
         self.held = _take_lease(fd)
         self._thread: threading.Thread | None = None
@@ -64,13 +70,11 @@ class FileLease:
 
     def enter(self, batch: int) -> None:
         """Batch ``batch`` is about to read the map: FormatError if another process is truncating or writing the
-        file (the lease is breaking or broken)."""
+        file (the lease is breaking or broken), or if the watcher could no longer ask about the lease (it may have
+        been lost: nothing then holds off a truncation)."""
         with self._condition:
             if self._broken:
-                raise locate(FormatError(
-                    "the file was truncated or opened for writing while it was being read (it may now be truncated "
-                    "or modified); the batches so far came from the file as it was opened"),
-                    path=self._path)
+                raise locate(FormatError(self._broken), path=self._path)
             self._reading.add(batch)
 
     def leave(self, batch: int) -> None:
@@ -89,9 +93,9 @@ class FileLease:
                 try:
                     if fcntl.fcntl(self._fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
                         continue
-                except OSError:
-                    return
-                self._broken = True
+                    self._broken = _CHANGING
+                except OSError as error:  # the lease can no longer be vouched for: the file may change unseen
+                    self._broken = f"{_LOST} ({error})"
                 self._condition.wait_for(lambda: not self._reading or self._stop.is_set())
                 if self._stop.is_set():
                     return  # closing the descriptor releases the lease
@@ -119,8 +123,6 @@ class FileLease:
             self._thread.join(_JOIN_SECONDS)
 
 
-_CHANGING = ("the file was truncated or opened for writing while it was being read (it may now be truncated or "
-             "modified); the batches so far came from the file as it was opened")
 
 
 @dataclasses.dataclass
