@@ -25,6 +25,10 @@ the Reader's memory map is not touched after construction (the allocation column
 rewritten or replaced file raises :class:`~beton.errors.FormatError` naming the file and never kills the
 process; pages already read before the change are copies and stay valid.
 
+Content checks (``verify_content``): whole pages are read, and each is hashed once per Loader by the first worker
+whose batch needs it, before the batch's payloads are staged (:class:`~beton.storage.digests.PageDigests`), not by
+the page reader, which goes on reading meanwhile.
+
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the slots' staging buffers (one batch of
 payloads per slot; of the parts decoders read, where they declare parts). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
 batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under
