@@ -49,9 +49,9 @@ def hashed(monkeypatch):
 def test_each_page_is_hashed_once_per_loader(written, hashed, memory):
     with Loader(written, batch_size=8, num_workers=3, order=OrderOption.RANDOM, seed=1, memory=memory,
                 verify_content=True) as loader:
-        first = [np.array(label).reshape(-1) for label, _ in loader]
+        first = [label.numpy().reshape(-1).copy() for label, _ in loader]
         hashed_first = len(hashed)
-        second = [np.array(label).reshape(-1) for label, _ in loader]
+        second = [label.numpy().reshape(-1).copy() for label, _ in loader]
     with Reader(written) as reader:
         num_pages = reader.num_pages
         sizes = sorted(end - start for start, end in map(reader.page_bounds, range(num_pages)))
