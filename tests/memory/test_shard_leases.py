@@ -97,3 +97,28 @@ def test_shards_that_get_no_lease_are_still_read_and_leases_end_with_each_copy(t
         with Loader(shards, batch_size=4, num_workers=2, memory=OSCache()) as loader:
             assert sum(len(label) for _, label in loader) == 16
             assert not lease_lines(shards[0]) and not lease_lines(shards[1])
+
+
+def test_a_lease_granted_once_and_refused_later_means_the_file_is_being_changed(tmp_path):
+    """Once a copy had the lease, a later copy that cannot have it (the file is open for writing) raises a
+    FormatError naming the file rather than reading the map unprotected."""
+    from beton.errors import FormatError
+    from beton.memory.file_lease import CopyLeases
+
+    path = tmp_path / "shard.beton"
+    path.write_bytes(b"x" * 4096)
+    leases, owner, checks = CopyLeases(), object(), []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with leases.copying(fd, str(path), owner, lambda: checks.append(1)) as held:
+            assert held and lease_lines(str(path))
+        assert not lease_lines(str(path)) and checks == [1]  # let go once the copy is over
+        with open(path, "r+b"):
+            with pytest.raises(FormatError, match="opened for writing") as caught:
+                with leases.copying(fd, str(path), owner, lambda: checks.append(2)):
+                    pass
+        assert caught.value.path == str(path) and checks == [1]
+        with leases.copying(fd, str(path), object(), lambda: None) as held:  # another owner: a new file
+            assert held
+    finally:
+        os.close(fd)
