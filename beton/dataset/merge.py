@@ -18,15 +18,19 @@ What the copy has to redo, because a shard's bytes describe their place in the s
 
 Checks, so that a merge can never launder damaged data into a file with fresh checksums: every shard is opened as
 a Reader opens a file (and against its manifest entry, when a manifest names it), its payloads are checked against
-their fields as ``verify`` does, and every heap page is checked against its CRC32 as it is copied (remote pages are
-checked on arrival anyway). Fields must be the same in every shard (:class:`~beton.errors.ShardError` naming the
+their fields as ``verify`` does, and every heap page is copied out of the shard once and checked on that copy, against
+its CRC32 and, in a file of format version 3, its content digest (BLAKE2b-256, which whoever changes a page cannot
+keep as they can keep a CRC32; with the table digests, checked on opening): payloads are then taken from the
+checked copies, never read again from the shard, so the bytes merged (and given fresh checksums and digests) are
+the bytes checked. Fields must be the same in every shard (:class:`~beton.errors.ShardError` naming the
 first difference) and their classes known (registered or built in), since laying samples out may depend on them.
 
 File-level metadata: by default every shard's must be the same (a ShardError names the first shard and key that
 differ) and the merged file gets it; ``metadata=`` sets the merged file's instead (None: none).
 
 Memory: the data and allocation tables of the merged file (as in a write), plus one chunk of payloads (at most
-about :data:`CHUNK_BYTES`, or one payload when it is larger) and one page of grouped samples. Shards are opened one
+about :data:`CHUNK_BYTES`, or one payload when it is larger), the checked copies of the heap pages under it, and
+one page of grouped samples. Shards are opened one
 at a time. The file is written under a temporary name and renamed when complete (a URL: uploaded when complete,
 :mod:`beton.storage.remote.upload`); an error, Ctrl-C or SIGTERM leaves the target as it was.
 """
@@ -52,6 +56,7 @@ from beton.storage.metadata import encode_metadata
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
 from beton.dataset.shards import Source, dataset_manifest
+from beton.storage.digests import digest
 from beton.storage.verify import page_error
 
 __all__ = ["merge", "MergeReport", "CHUNK_BYTES"]
@@ -110,6 +115,8 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
                     elif from_shards:
                         _check_metadata(first_metadata, reader.metadata, number)
                     reader.check_payloads()
+                    if reader.page_digests is not None:  # format version 3: its tables pinned as its pages are
+                        reader.check_table_digests()
                     for chunk in _shard_chunks(reader, builder.num_samples):
                         with _writing(output):
                             builder.add(chunk)
@@ -165,15 +172,15 @@ def _check_metadata(expected: dict[str, Any], got: dict[str, Any], number: int) 
 
 
 def _shard_chunks(reader: Reader, first_position: int) -> Iterator[EncodedChunk]:
-    """The shard's samples as chunks for the builder: rows copied (pointers renumbered), payloads copied from
-    pages checked against their CRC32 (grouped payloads gathered from their pieces), at most about CHUNK_BYTES."""
+    """The shard's samples as chunks for the builder: rows copied (pointers renumbered), payloads taken from
+    checked copies of their pages (grouped payloads gathered from their pieces), at most about CHUNK_BYTES."""
     names = list(reader.descriptors)
     payload_names = [name for name in names if reader.descriptors[name].has_payload]
     columns = [reader.descriptors[name].payload_column for name in payload_names]
     allocations = reader.allocation_table[:, columns] if columns else np.zeros((reader.num_samples, 0),
                                                                                 fmt.ALLOCATION_DTYPE)
     ends = np.cumsum(allocations["size"].sum(axis=1, dtype=np.uint64), dtype=np.uint64)
-    pages = _PageCheck(reader)
+    pages = _CheckedPages(reader)
     if reader.remote is not None:  # fetch ahead, several requests at once, in the order they are copied
         reader.remote.pages.will_read(np.arange(reader.num_pages))
     start = 0
@@ -187,7 +194,7 @@ def _shard_chunks(reader: Reader, first_position: int) -> Iterator[EncodedChunk]
         payloads: list[list[bytes]] = [[] for _ in range(stop - start)]
         for column, name in enumerate(payload_names):
             field = reader.fields[name]
-            for row, data in enumerate(_payloads(reader, field, name, rows, chunk[:, column], start)):
+            for row, data in enumerate(_payloads(pages, field, name, rows, chunk[:, column], start)):
                 payloads[row].append(data)
         for name in names:
             if reader.fields[name].holds_sample_places:
@@ -197,16 +204,16 @@ def _shard_chunks(reader: Reader, first_position: int) -> Iterator[EncodedChunk]
         start = stop
 
 
-def _payloads(reader: Reader, field: Field, name: str, rows: np.ndarray, allocations: np.ndarray,
+def _payloads(pages: _CheckedPages, field: Field, name: str, rows: np.ndarray, allocations: np.ndarray,
               first: int) -> Iterator[bytes]:
     """Each sample's payload of one field as its writer gave it to the builder: the allocation's bytes, or for a
-    sample whose pieces are grouped (scans of a progressive JPEG), its pieces end to end."""
-    file_map = reader.file_map
+    sample whose pieces are grouped (scans of a progressive JPEG), its pieces end to end; taken from the checked
+    copies of its pages (``pages``, covering the chunk)."""
     pieces = None
     for row, (offset, size) in enumerate(allocations.tolist()):
         ends = field.layout_pieces(rows[row][name])
         if ends is None:
-            yield bytes(file_map[offset : offset + size])
+            yield pages.read(offset, size)
             continue
         if pieces is None:
             pieces = field.read_pieces(rows[name], None)
@@ -214,7 +221,7 @@ def _payloads(reader: Reader, field: Field, name: str, rows: np.ndarray, allocat
             if pieces is None:
                 raise FieldError(f"{type(field).__name__} groups pieces (layout_pieces) but does not say where they "
                                  "are (read_pieces): its samples cannot be gathered for a merge")
-            parts = [bytes(file_map[offset + start : offset + start + length])
+            parts = [pages.read(offset + start, length)
                      for start, length in zip(pieces.starts[row].tolist(), pieces.lengths[row].tolist()) if length]
             data = b"".join(parts)
             if not ends or len(data) != ends[-1]:
@@ -223,27 +230,45 @@ def _payloads(reader: Reader, field: Field, name: str, rows: np.ndarray, allocat
         yield data
 
 
-class _PageCheck:
-    """Checks each heap page of a local shard against its CRC32 once, before any of its bytes is copied (a remote
-    shard's pages are checked when they arrive)."""
+class _CheckedPages:
+    """Copies of the shard's heap pages under the current chunk, each checked, on the copy, against its CRC32 and
+    (format version 3) its content digest: the bytes a merge copies are those it checked, whatever the shard's
+    file does meanwhile. A page is copied and checked once while consecutive chunks need it."""
 
     def __init__(self, reader: Reader) -> None:
         self._reader = reader
-        self._checked = np.zeros(reader.num_pages if reader.remote is None else 0, bool)
+        self._pages: dict[int, np.ndarray] = {}
 
     def cover(self, allocations: np.ndarray) -> None:
-        """Check the pages under these allocations (and any between them) that are not checked yet."""
-        if not self._checked.size:
-            return
-        used = allocations["size"] > 0
-        if not used.any():
-            return
+        """Hold checked copies of every page under these allocations (and no other)."""
         reader = self._reader
-        offsets, sizes = allocations["offset"][used].astype(np.int64), allocations["size"][used].astype(np.int64)
-        first = (int(offsets.min()) - reader.heap_offset) // reader.page_size
-        last = (int((offsets + sizes).max()) - 1 - reader.heap_offset) // reader.page_size
-        for page in np.flatnonzero(~self._checked[first : last + 1]) + first:
-            start, end = reader.page_bounds(int(page))
-            if zlib.crc32(reader.file_map[start:end]) != int(reader.page_checksums[page]):
-                raise page_error(reader, int(page), start, end)
-            self._checked[page] = True
+        used = allocations["size"] > 0
+        starts = allocations["offset"][used].astype(np.int64) - reader.heap_offset
+        ends = starts + allocations["size"][used].astype(np.int64)
+        first, last = starts // reader.page_size, (ends - 1) // reader.page_size
+        needed = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())])
+                           if len(first) else np.zeros(0, np.int64)).tolist()
+        self._pages = {page: self._pages[page] if page in self._pages else self._checked_copy(page)
+                       for page in needed}
+
+    def _checked_copy(self, page: int) -> np.ndarray:
+        reader = self._reader
+        start, end = reader.page_bounds(page)
+        data = np.array(reader.file_map[start:end], np.uint8)  # the copy: every later read is of it
+        if zlib.crc32(data) != int(reader.page_checksums[page]):
+            raise page_error(reader, page, start, end)
+        if reader.page_digests is not None and digest(data) != reader.page_digests[page].tobytes():
+            raise page_error(reader, page, start, end, "content digest")
+        return data
+
+    def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at absolute ``offset``, from the pages held (:meth:`cover` covered them)."""
+        reader = self._reader
+        parts = []
+        while size > 0:
+            page = (offset - reader.heap_offset) // reader.page_size
+            start, end = reader.page_bounds(page)
+            taken = min(size, end - offset)
+            parts.append(self._pages[page][offset - start : offset - start + taken])
+            offset, size = offset + taken, size - taken
+        return b"".join(part.tobytes() for part in parts) if len(parts) != 1 else parts[0].tobytes()

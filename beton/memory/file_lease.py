@@ -7,7 +7,8 @@ writing (``open(path, "wb")``, ``cp``, an editor, this process too) wait until t
 ``/proc/sys/fs/lease-break-time`` seconds (45 by default). :class:`FileLease` holds one on the OS cache's
 descriptor, and its thread (``beton-lease-watch``) asks every :data:`POLL_SECONDS` whether a break is pending
 (``F_GETLEASE``). From then on no batch may start reading the map (:meth:`FileLease.enter` raises
-:class:`~beton.errors.FormatError` naming the file), and once the batches reading it are done
+:class:`~beton.errors.FormatError` naming the file; the same when ``F_GETLEASE`` fails, since the lease can then
+no longer be vouched for), and once the batches reading it are done
 (:meth:`FileLease.leave`) the lease is released, so the other process goes on while nothing reads the map.
 
 The kernel notifies a lease holder with a signal too, SIGIO by default, whose default action ends the process:
@@ -17,22 +18,38 @@ Where no lease can be had (a file of another user, without CAP_LEASE; a file ope
 systems without leases, such as NFS; other systems than Linux), :attr:`FileLease.held` is False and the per-batch
 checks of the file's size and modification time are all there is: the window remains (docs/loader.md, "Memory").
 A batch that reads the map for longer than the lease-break time could still see the file truncated under it.
+
+Maps read only briefly (the OS cache over several files copies each batch's payloads out of its shards' maps, and
+the decoders read the copies) need no watching thread: :class:`CopyLeases` takes a shard's lease when a copy out of
+its map starts and lets go of it when the last copy in progress ends, and between taking it and copying, the caller
+checks that the file is as it was opened (a truncation that happened before the lease was taken is seen then; one
+attempted during the copy waits for its end). Where a lease was had once for a file and cannot be had again (a
+process is truncating or writing it), the copy raises :class:`~beton.errors.FormatError` instead; where none was
+ever had, the copy goes on with the per-batch checks only, as above.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import signal
 import threading
+from collections.abc import Callable, Iterator
 
 from beton.errors import FormatError, locate
 
-__all__ = ["FileLease", "POLL_SECONDS"]
+__all__ = ["FileLease", "CopyLeases", "POLL_SECONDS"]
 
 #: How often the watching thread asks whether a break is pending: what a truncation waits for, at least.
 POLL_SECONDS = 0.02
 _JOIN_SECONDS = 0.1
 _LEASE_SIGNAL = getattr(signal, "SIGURG", 0)  # ignored by default; SIGIO (the kernel's default) ends the process
+_CHANGING = ("the file was truncated or opened for writing while it was being read (it may now be truncated or "
+             "modified); the batches so far came from the file as it was opened")
+_LOST = ("the file's read lease could not be checked any more, so nothing holds off a truncation of its memory map: "
+         "the batches so far came from the file as it was opened; read it again with a new Loader, or with "
+         "memory=ProcessCache()")
 
 
 class FileLease:
@@ -43,7 +60,7 @@ class FileLease:
         self._fd, self._path = fd, path
         self._condition = threading.Condition()
         self._reading: set[int] = set()  # batches reading the map
-        self._broken = False  # a break was pending: the map is read no more
+        self._broken = ""  # why the map is read no more (a break was pending, or the lease was lost); "": it is read
         self._stop = threading.Event()
         self.held = _take_lease(fd)
         self._thread: threading.Thread | None = None
@@ -53,13 +70,11 @@ class FileLease:
 
     def enter(self, batch: int) -> None:
         """Batch ``batch`` is about to read the map: FormatError if another process is truncating or writing the
-        file (the lease is breaking or broken)."""
+        file (the lease is breaking or broken), or if the watcher could no longer ask about the lease (it may have
+        been lost: nothing then holds off a truncation)."""
         with self._condition:
             if self._broken:
-                raise locate(FormatError(
-                    "the file was truncated or opened for writing while it was being read (it may now be truncated "
-                    "or modified); the batches so far came from the file as it was opened"),
-                    path=self._path)
+                raise locate(FormatError(self._broken), path=self._path)
             self._reading.add(batch)
 
     def leave(self, batch: int) -> None:
@@ -78,9 +93,9 @@ class FileLease:
                 try:
                     if fcntl.fcntl(self._fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
                         continue
-                except OSError:
-                    return
-                self._broken = True
+                    self._broken = _CHANGING
+                except OSError as error:  # the lease can no longer be vouched for: the file may change unseen
+                    self._broken = f"{_LOST} ({error})"
                 self._condition.wait_for(lambda: not self._reading or self._stop.is_set())
                 if self._stop.is_set():
                     return  # closing the descriptor releases the lease
@@ -106,6 +121,63 @@ class FileLease:
             self._condition.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(_JOIN_SECONDS)
+
+
+
+
+@dataclasses.dataclass
+class _Copying:
+    owner: object  # what the descriptor belongs to: a descriptor number may name another file once it is closed
+    copies: int = 0  # copies out of its map in progress
+    leased: bool = False  # the lease is held now
+    ever_leased: bool = False  # a lease was granted once: a refusal now means the file is being changed
+
+
+class CopyLeases:
+    """Read leases held while copies out of memory maps are in progress (module docstring), for any number of
+    files, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[int, _Copying] = {}  # descriptor -> its copies
+
+    @contextlib.contextmanager
+    def copying(self, fd: int, path: str, owner: object, check: Callable[[], None]) -> Iterator[bool]:
+        """Hold the read lease on ``fd`` (open read-only; ``owner``: the object whose descriptor it is) while the
+        block copies out of its map; ``check()`` raises unless the file is still as it was opened, and runs once
+        the lease is held. Yields whether it is held (False: the kernel grants none for this file).
+        :class:`~beton.errors.FormatError` naming ``path`` when another process is truncating or writing it."""
+        with self._lock:
+            state = self._files.get(fd)
+            if state is None or state.owner is not owner:
+                state = self._files[fd] = _Copying(owner)
+            if state.copies == 0:
+                state.leased = _take_lease(fd)
+                if state.ever_leased and not state.leased:
+                    raise locate(FormatError(_CHANGING), path=path)
+                state.ever_leased |= state.leased
+            elif state.leased and _lease_of(fd) != fcntl.F_RDLCK:  # a break is pending: join no copy to it
+                raise locate(FormatError(_CHANGING), path=path)
+            state.copies += 1
+        try:
+            check()  # with the lease held: a truncation before it shows now, one after it waits for the copies
+            yield state.leased
+        finally:
+            with self._lock:
+                state.copies -= 1
+                if state.copies == 0 and state.leased:
+                    state.leased = False
+                    try:
+                        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # whoever waits to truncate goes on
+                    except OSError:
+                        pass  # the kernel broke it already (the lease-break time passed)
+
+
+def _lease_of(fd: int) -> int:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETLEASE)
+    except OSError:
+        return fcntl.F_UNLCK
 
 
 def _take_lease(fd: int) -> bool:

@@ -26,7 +26,7 @@ import mmap
 import numpy as np
 
 from beton.memory.base import MemoryLayer, MemoryStrategy, StoredField
-from beton.memory.file_lease import FileLease
+from beton.memory.file_lease import CopyLeases, FileLease
 from beton.memory.page_schedule import Heap
 from beton.memory.staging import stage_buffer, staged_source
 from beton.pipeline.operation import Source
@@ -116,8 +116,10 @@ class ShardMapsLayer(MemoryLayer):
     content is checked (``verify_content``), each page is hashed in its shard's map the first time a batch copies
     from it, before the copy.
 
-    No read lease is taken on the shards (unlike :class:`OSCacheLayer`): the decoders read the copies, so the window
-    in which a truncated shard raises SIGBUS is the copy itself, not the decoding (docs/loader.md, "Memory").
+    A shard's read lease is held while a copy out of its map is in progress (and its size and modification time
+    checked once it is held: :class:`~beton.memory.file_lease.CopyLeases`): the decoders read the copies, so the
+    copy is the only time a truncated shard could raise SIGBUS, and whoever truncates it waits for the copy to end.
+    Where the kernel grants no lease for a shard, the per-batch checks are all there is, as for a single file.
     """
 
     def __init__(self, dataset: ShardedDataset, readahead: bool = True) -> None:
@@ -134,6 +136,7 @@ class ShardMapsLayer(MemoryLayer):
         self._heap_ends, self._shifts = dataset.heap_ends, dataset.shifts
         self._heap = Heap.of(dataset)
         self._digests = page_digests(dataset)  # None unless some shard's content is checked
+        self._leases = CopyLeases()
 
     def source(self, stored: StoredField, samples: np.ndarray, batch: int, slot: Slot) -> Source:
         """The batch's payloads of ``stored``, copied out of their shards' maps into ``slot``'s staging."""
@@ -145,7 +148,8 @@ class ShardMapsLayer(MemoryLayer):
         shards = np.searchsorted(self._heap_ends, offsets, side="right")  # a payload lies before its shard's end
         for shard in np.unique(shards[sizes > 0]).tolist():
             rows = np.flatnonzero((shards == shard) & (sizes > 0))
-            with self._pages.mapped(shard) as mapped:
+            with self._pages.opened(shard) as file, self._pages.mapped(shard) as mapped, \
+                    self._leases.copying(file.fd, file.description, file, file.check):  # type: ignore[attr-defined]
                 if self._digests is not None:
                     _check_pages(self._digests, self._heap, mapped, int(self._shifts[shard]), offsets[rows],
                                  sizes[rows])
@@ -160,9 +164,11 @@ class ShardMapsLayer(MemoryLayer):
 
 def _check_pages(digests: PageDigests, heap: Heap, mapped: np.ndarray, shift: int, offsets: np.ndarray,
                  sizes: np.ndarray) -> None:
-    """Hash every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
+    """Check every page under these payloads (virtual ``offsets``) that no batch has loaded yet, in ``mapped``
     (a file's map, whose bytes lie ``shift`` before their virtual offsets): whole pages, even where decoders read
-    parts of payloads, since a page's digest covers all of it."""
-    for page in digests.unchecked(heap.pages_of(offsets, sizes)).tolist():
+    parts of payloads, since a page's digest covers all of it. Hashed in the map itself: no copy."""
+    def page_bytes(page: int) -> np.ndarray:
         start, end = heap.page_bounds(page)
-        digests.check(page, mapped[start - shift : end - shift])
+        return mapped[start - shift : end - shift]
+
+    digests.check_pages(heap.pages_of(offsets, sizes).tolist(), page_bytes)

@@ -25,6 +25,10 @@ the Reader's memory map is not touched after construction (the allocation column
 rewritten or replaced file raises :class:`~beton.errors.FormatError` naming the file and never kills the
 process; pages already read before the change are copies and stay valid.
 
+Content checks (``verify_content``): whole pages are read, and each is hashed once per Loader by the first worker
+whose batch needs it, before the batch's payloads are staged (:class:`~beton.storage.digests.PageDigests`), not by
+the page reader, which goes on reading meanwhile.
+
 Memory bound: ``budget_pages * page_size`` bytes of pages plus the slots' staging buffers (one batch of
 payloads per slot; of the parts decoders read, where they declare parts). The budget is at least the number of distinct pages any ``num_slots + 1`` consecutive
 batches need (the most whose pages are pinned at once; less could deadlock), and by default twice that. Under
@@ -35,7 +39,6 @@ RANDOM a page may be read several times.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,7 +50,6 @@ from beton.pieces import Pieces
 from beton.pipeline.operation import Source
 from beton.memory.slots import Slot
 from beton.dataset.union import OpenedDataset, open_page_source, page_digests
-from beton.storage.digests import PageDigests
 from beton.storage.page_source import PageSource
 
 __all__ = ["ProcessCache", "ProcessCacheLayer"]
@@ -89,9 +91,8 @@ class ProcessCacheLayer(MemoryLayer):
                  read_bandwidth: float | None = None, file: PageSource | None = None) -> None:
         file = file if file is not None else open_page_source(dataset)
         self._heap = Heap.of(dataset)
-        digests = page_digests(dataset)
-        self._checks_content = digests is not None
-        super().__init__(dataset, file if digests is None else _CheckedPages(file, self._heap, digests))
+        self._digests = page_digests(dataset)  # None unless content is checked
+        super().__init__(dataset, file)
         self._num_slots = num_slots
         self._requested_budget = budget_pages
         self._read_bandwidth = read_bandwidth
@@ -114,7 +115,7 @@ class ProcessCacheLayer(MemoryLayer):
                                       max(self._requested_budget or 2 * minimum, minimum, 1))
         self.file.will_read(batch_pages, self._schedule.budget_pages)  # a remote source starts fetching
         # whole pages where content is checked: a digest covers a whole page
-        page_need = self._bytes_needed_per_page(reads.payloads) if self._pieces and not self._checks_content else None
+        page_need = self._bytes_needed_per_page(reads.payloads) if self._pieces and self._digests is None else None
         self._reader = PageReader(self.file, self._heap, self._schedule, reads.gate, reads.first, self.counters,
                                   self._read_bandwidth, page_need)
 
@@ -157,6 +158,8 @@ class ProcessCacheLayer(MemoryLayer):
             return self.empty_source(stored)
         pages = self._schedule.pages_for(batch)  # pinned until batch_done
         self.file.check()  # after the wait: every page of the batch was read before a check that passed
+        if self._digests is not None:  # in the worker, not the page reader, which goes on reading meanwhile
+            self._digests.check_pages(pages, pages.__getitem__)
         offsets = self._offsets[column].take(samples)
         pieces: Pieces | None = self._pieces.get(column)
         if pieces is not None:
@@ -177,31 +180,3 @@ class ProcessCacheLayer(MemoryLayer):
     def close(self) -> None:
         self._stop_reader()
         super().close()
-
-
-class _CheckedPages:
-    """A page source whose pages are checked against their content digests the first time they are read
-    (``verify_content``); the page reader reads whole pages from it, one per call."""
-
-    def __init__(self, file: PageSource, heap: Heap, digests: PageDigests) -> None:
-        self._file, self._heap, self._digests = file, heap, digests
-        self.description, self.size = file.description, file.size
-
-    def read_into(self, offset: int, out: np.ndarray, what: str) -> None:
-        self._file.read_into(offset, out, what)
-        page = (offset - self._heap.offset) // self._heap.page_size
-        if self._heap.page_bounds(page) != (offset, offset + len(out)):
-            raise ValueError(f"{what}: content checks read whole pages, not {len(out)} bytes at offset {offset}")
-        self._digests.check(page, out)
-
-    def check(self) -> None:
-        self._file.check()
-
-    def check_path(self) -> None:
-        self._file.check_path()
-
-    def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
-        self._file.will_read(batch_pages, budget_pages)
-
-    def close(self) -> None:
-        self._file.close()

@@ -3,18 +3,21 @@ never SIGBUS (the read lease of beton.memory.file_lease)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
+import types
 
 import numpy as np
 import pytest
 
 from beton import Loader
-from beton.errors import BetonError
+from beton.errors import BetonError, FormatError
 from beton.fields import IntField, NDArrayField
-from beton.memory import OSCache
+from beton.memory import OSCache, file_lease
 
 from conftest import TESTS, write
 
@@ -105,3 +108,27 @@ def test_closing_the_loader_lets_go_of_the_lease_while_views_of_the_map_live_on(
     loader.close()
     assert not leases_on(big_file), "the lease outlived close()"
     del view
+
+
+def test_a_lease_the_watcher_can_no_longer_ask_about_counts_as_lost(big_file, monkeypatch):
+    """F_GETLEASE failing means the lease may be gone, and nothing then holds off a truncation: the next batch
+    raises a FormatError naming the file, as when the lease breaks; the batches before it were read."""
+    with Loader(big_file, batch_size=2, num_workers=1, memory=OSCache()) as loader:
+        if not loader.memory.lease.held:
+            pytest.skip("the kernel granted no lease here (a file system without leases)")
+        batches = iter(loader)
+        next(batches)
+
+        def failing(fd, command, *rest):
+            if command == fcntl.F_GETLEASE:
+                raise OSError(9, "Bad file descriptor")
+            return fcntl.fcntl(fd, command, *rest)
+
+        monkeypatch.setattr(file_lease, "fcntl", types.SimpleNamespace(**{**vars(fcntl), "fcntl": failing}))
+        deadline = time.monotonic() + 10
+        while not loader.memory.lease._broken and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(FormatError, match="lease could not be checked") as caught:
+            for _ in batches:
+                pass
+        assert caught.value.path == str(big_file)

@@ -18,6 +18,12 @@ Retries: the upload is retried whole on a transient failure (a timeout, a droppe
 ``RemoteOptions.retries``, with the same backoff as reads and the clients' own retries turned off
 (:func:`~beton.storage.remote.fetch.filesystem`); credentials and access errors fail at once. After the budget a
 :class:`~beton.errors.StorageError` names the URL and the last error.
+
+Every failure is a :class:`~beton.errors.BetonError` naming the URL, whatever the client raised (botocore, aiohttp,
+OSError...: reaching the store, uploading, or moving the temporary file onto its name; the move is retried as the
+upload is). After a failure nothing of the upload stays visible: the temporary file is removed, and so is a target
+that a failed move left behind where there was none before (a store whose move is a copy and a delete can fail
+between the two). Where even the removal fails, the error says which name to remove.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import secrets
 import time
 from collections.abc import Callable
 
-from beton.storage.remote.fetch import backoff, filesystem, with_retries
+from beton.errors import BetonError, StorageError, locate
+from beton.storage.remote.fetch import _describe, backoff, filesystem, with_retries
 from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["upload_file", "WHOLE_OBJECT_STORES"]
@@ -40,25 +47,51 @@ WHOLE_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"
 def upload_file(local_path: str, url: str, options: RemoteOptions,
                 sleep: Callable[[float], None] = time.sleep) -> None:
     """Put the complete local file ``local_path`` at ``url`` (module docstring), reached as ``options`` says."""
-    fs, path = filesystem(url, options)
+    try:
+        fs, path = filesystem(url, options)
+    except BetonError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the client's own exception: a BetonError naming the URL instead
+        raise locate(StorageError(f"reaching the storage to write the file failed: {_describe(error)}"),
+                     path=url) from error
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     whole = bool(WHOLE_OBJECT_STORES & set(protocols))
     target = path if whole else f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     jitter = random.Random()  # spreads the retries of many writers; never affects what is written
 
-    def attempt(fresh: bool) -> None:
+    def pause(number: int) -> None:
+        sleep(backoff(options, number, jitter.random()))
+
+    def put(fresh: bool) -> None:
         fs.put_file(local_path, target)
 
+    def move(fresh: bool) -> None:
+        fs.mv(target, path)
+
+    existed = True  # until known otherwise: a target that may be the former file is never removed
     try:
-        with_retries(attempt, options, url, "uploading the file", lambda number: sleep(backoff(options, number,
-                                                                                                jitter.random())),
-                     missing="no such bucket or folder")
         if not whole:
-            fs.mv(target, path)
-    except BaseException:
+            existed = with_retries(lambda fresh: fs.exists(path), options, url, "asking whether the file exists",
+                                   pause)
+        with_retries(put, options, url, "uploading the file", pause, missing="no such bucket or folder")
         if not whole:
-            try:
-                fs.rm_file(target)
-            except Exception:  # noqa: BLE001 - it may never have been made; the upload's error is the one to report
-                pass
+            with_retries(move, options, url, "moving the uploaded file onto its name", pause,
+                         missing="the uploaded temporary file is gone")
+    except BaseException as error:
+        if not whole:
+            _remove(fs, target, error, f"the temporary file {url}{target[len(path):]}")
+            if not existed:
+                _remove(fs, path, error, f"the file {url}")
         raise
+
+
+def _remove(fs: object, name: str, error: BaseException, what: str) -> None:
+    """Remove ``name`` (``what``, for the user) after a failed upload, if it is there; where that fails, say so on
+    ``error``."""
+    try:
+        if fs.exists(name):  # type: ignore[attr-defined]
+            fs.rm_file(name)  # type: ignore[attr-defined]
+    except Exception as failure:  # noqa: BLE001 - the upload's error is the one to report
+        locate(error, note=f"({what} may be left behind, and could not be removed: {_describe(failure)}; "
+                           "remove it by hand)")
+
