@@ -12,8 +12,8 @@ are recorded. On a machine shared with other jobs the CPU time is the steadier f
 wall time by however long they hold the cores, but not the CPU time this process spends. Steadier still, and what
 the cost is made of: one more checked first epoch is run with the hash function counted (``hashing``: bytes hashed,
 which is the file's heap once if each page is hashed once, and the hashing threads' own CPU time, which other jobs
-do not stretch), its CPU share of a plain first epoch (``hashing_cpu_share_percent``). Also the raw BLAKE2b-256 rate
-of this machine in thread CPU time, for scale (and SHA-256's, for comparison).
+do not stretch), its CPU share of a plain first epoch (``hashing_cpu_share_percent``). Also the raw SHA-256 rate
+of this machine in thread CPU time, for scale (and BLAKE2b-256's, for comparison).
 ``--output`` names the results file (default benchmarks/results/content_check.json).
 """
 
@@ -114,7 +114,7 @@ def main() -> None:
     task = c.ImageTask("rrc", 160, 64)
     result = {**run_header(), "load_average_1min_at_start": round(os.getloadavg()[0], 1), "images": count, "repeats": repeats, "scenario": "a. RRC-160, ~256 px JPEGs",
               "blake2b_MB_per_s": round(hash_rate("blake2b")),
-              "sha256_MB_per_s": round(hash_rate("sha256"))}  # for comparison: not what the format uses
+              "sha256_MB_per_s": round(hash_rate("sha256"))}  # the format's digest, and BLAKE2b for comparison
     with tempfile.TemporaryDirectory() as directory:
         path = c.write_beton_images(make_jpegs(count, 256), os.path.join(directory, "small.beton"))
         result["file_MB"] = round(os.path.getsize(path) / 1e6, 1)

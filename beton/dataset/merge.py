@@ -19,7 +19,7 @@ What the copy has to redo, because a shard's bytes describe their place in the s
 Checks, so that a merge can never launder damaged data into a file with fresh checksums: every shard is opened as
 a Reader opens a file (and against its manifest entry, when a manifest names it), its payloads are checked against
 their fields as ``verify`` does, and every heap page is copied out of the shard once and checked on that copy, against
-its CRC32 and, in a file of format version 3, its content digest (BLAKE2b-256, which whoever changes a page cannot
+its CRC32 and, in a file of format version 3, its content digest (SHA-256, which whoever changes a page cannot
 keep as they can keep a CRC32; with the table digests, checked on opening): payloads are then taken from the
 checked copies, never read again from the shard, so the bytes merged (and given fresh checksums and digests) are
 the bytes checked. Fields must be the same in every shard (:class:`~beton.errors.ShardError` naming the

@@ -1,7 +1,7 @@
-"""Content digests (format version 3): BLAKE2b-256 of every heap page and table, and checking pages as they load.
+"""Content digests (format version 3): SHA-256 of every heap page and table, and checking pages as they load.
 
 CRC32 finds damage, not forgery: whoever changes a page can keep its CRC32 by also changing 4 bytes of it. A
-version-3 file therefore also stores a BLAKE2b-256 digest of every page and every table (the digest table), and
+version-3 file therefore also stores a SHA-256 digest of every page and every table (the digest table), and
 its header holds the digest of that table (``content_digest``), so the header pins every byte (docs/format.md).
 
 :class:`PageDigests` is what the memory layers hold when the user asked for content checks
@@ -37,8 +37,8 @@ NO_DIGESTS = ("the file has no content digests (format version {version}; only f
 
 
 def digest(data: Any) -> bytes:
-    """BLAKE2b-256 of a buffer (bytes or a contiguous uint8 array)."""
-    return hashlib.blake2b(data, digest_size=fmt.DIGEST_SIZE).digest()
+    """SHA-256 of a buffer (bytes or a contiguous uint8 array)."""
+    return hashlib.sha256(data).digest()
 
 
 class PageDigests:
@@ -101,6 +101,6 @@ class PageDigests:
             local = page - int(self._first_page[file])
             raise locate(CorruptDataError(
                 f"content digest of heap page {local} does not match: its bytes are not those the file was written "
-                "with (CRC32 checksums can be kept by whoever changes a page; the BLAKE2b-256 digest cannot)"),
+                "with (CRC32 checksums can be kept by whoever changes a page; the SHA-256 digest cannot)"),
                 path=self._paths[file], page=local)
         self._checked[page] = True

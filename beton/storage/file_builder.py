@@ -63,7 +63,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class HeapPacker:
-    """Appends payloads to the heap, page by page, computing each page's CRC32 and BLAKE2b-256 as it goes.
+    """Appends payloads to the heap, page by page, computing each page's CRC32 and SHA-256 as it goes.
 
     A payload that fits in a page never crosses a page boundary (the rest of the page is zero-filled);
     a larger one starts on a fresh page and spans as many consecutive pages as it needs.
@@ -117,7 +117,7 @@ class HeapPacker:
 
 
 def _page_hasher() -> Any:
-    return hashlib.blake2b(digest_size=fmt.DIGEST_SIZE)
+    return hashlib.sha256()
 
 
 @dataclasses.dataclass

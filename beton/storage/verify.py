@@ -26,7 +26,7 @@ class VerifyReport:
     num_pages: int
     bytes_checked: int
     checksummed: bool = True  # False for FFCV files: only their structure could be checked
-    #: Whether every page and table was also checked against its BLAKE2b-256 digest: False for files of format
+    #: Whether every page and table was also checked against its SHA-256 digest: False for files of format
     #: versions 1 and 2 (and FFCV files), which have no content digests, so that CRC32s were all that was checked
     #: (and CRC32s can be kept by whoever edits a file).
     content_digests: bool = True
@@ -35,7 +35,7 @@ class VerifyReport:
 def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None, *,
            remote: RemoteOptions | None = None) -> VerifyReport:
     """Check the header, every table and every page of a file against their stored CRC32 and, where the file has
-    them (format version 3), their BLAKE2b-256 digests (:attr:`VerifyReport.content_digests` says which).
+    them (format version 3), their SHA-256 digests (:attr:`VerifyReport.content_digests` says which).
 
     ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is
     fetched and checked.
