@@ -402,6 +402,11 @@ def open_kernel_cache(cache_dir: str) -> int:
     try:
         os.close(open_private_directory("__pycache__", dir_fd=directory, what="numba cache directory", fix=fix,
                                         shown=os.path.join(cache_dir, "__pycache__")))
+        if numba.config.CACHE_DIR:  # $NUMBA_CACHE_DIR: numba keeps (and loads) its compiled code there instead
+            os.close(open_private_directory(
+                numba.config.CACHE_DIR, what="numba cache directory ($NUMBA_CACHE_DIR)", follow=True,
+                fix=("numba loads compiled code from it, which this process runs. Point $NUMBA_CACHE_DIR at a "
+                     "directory only you can write (mode 0700), or unset it")))
     except BaseException:
         os.close(directory)
         raise

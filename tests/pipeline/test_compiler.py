@@ -226,3 +226,20 @@ def test_a_module_planted_under_a_stages_name_never_runs(image_file, tmp_path, p
     status = os.lstat(cache / module_file)
     assert stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid()
     assert (cache / module_file).read_text() == source  # replaced by the generated source
+
+
+def test_a_numba_cache_dir_others_can_write_is_refused(image_file, tmp_path, monkeypatch):
+    """$NUMBA_CACHE_DIR moves numba's compiled code (which the process loads and runs) out of the kernel cache."""
+    import numba
+
+    shared = tmp_path / "shared-numba"
+    _world_writable(shared)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(shared))
+    with pytest.raises(CacheDirError, match="writable by group or others") as caught:
+        flip_loader(image_file, tmp_path / "kernels")
+    assert str(shared) in str(caught.value) and "NUMBA_CACHE_DIR" in str(caught.value)
+    private = tmp_path / "private-numba"
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(private))
+    with flip_loader(image_file, tmp_path / "kernels") as loader:
+        next(iter(loader))
+    assert stat.S_IMODE(os.lstat(private).st_mode) == 0o700
