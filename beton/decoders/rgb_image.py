@@ -104,8 +104,15 @@ def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, fl
         scratch(nbytes, "subpixel shift").view(image.dtype).reshape(shape)
     shift_into(image, y0, x0, top - y0, left - x0, shifted)
     source = shifted.reshape(shape[0], shape[1]) if shape[2] == 1 else shifted
-    # no dsize: OpenCV then steps through the source by exactly 1/fx, 1/fy (its size rounds the rest)
-    resized = cv2.resize(source, (0, 0), fx=out_width / width, fy=out_height / height, interpolation=interpolation)
+    # no dsize: OpenCV then steps through the source by exactly 1/fx, 1/fy and rounds the size it writes, which
+    # is the output's unless the hull's extra fraction of a pixel rounds up to one more output pixel
+    fx, fy = out_width / width, out_height / height
+    if (round(shape[1] * fx), round(shape[0] * fy)) == (out_width, out_height):
+        resized = cv2.resize(source, (0, 0), dst=target, fx=fx, fy=fy, interpolation=interpolation)
+        if resized is target or np.shares_memory(resized, target):
+            return
+    else:
+        resized = cv2.resize(source, (0, 0), fx=fx, fy=fy, interpolation=interpolation)
     target[...] = resized[:out_height, :out_width]
 
 
