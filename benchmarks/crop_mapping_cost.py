@@ -68,7 +68,7 @@ def scenario(jpegs: list[bytes], decoder, repeats: int) -> dict:
 
     def exact() -> None:
         for _, _, _, image, scaled, _ in items:
-            resize_into(image, out, scaled)
+            resize_into(image, out, scaled, scratch=scratch)  # as the decoder calls it
 
     def widened() -> None:
         for _, shape, crop, image, _, factor in items:

@@ -6,8 +6,8 @@
 Each tree is a checkout (``git worktree add /tmp/old <commit>``). The same photo JPEGs (``make_jpegs`` of
 the tree running this script) are written once per tree by that tree's own writer; then each pair runs one
 process per tree (order alternating between pairs), each a warm-up epoch and ``--epochs`` timed ones (their
-median). The result is the median over pairs of B's rate / A's rate: a shared host's speed drifts between pairs
-far more than within one. Rates are images per second of wall time and per second of CPU time (all of the
+median). The result is the median over pairs of B's rate / A's rate, with its quartiles: a shared host's speed drifts
+between pairs far more than within one. Rates are images per second of wall time and per second of CPU time (all of the
 process's threads): on a host loaded by others, the second moves far less. Uses only the FFCV-compatible public
 names, which every tree has.
 """
@@ -105,6 +105,8 @@ def main() -> None:
         result[f"images_per_{clock}_s"] = {tree: [round(rate) for rate in rates[tree][clock]]
                                            for tree in arguments.trees}
         result[f"median_ratio_b_over_a_{clock}"] = round(statistics.median(ratios), 3)
+        if len(ratios) >= 4:  # the spread: a median alone hides how far apart the pairs were
+            result[f"quartiles_ratio_b_over_a_{clock}"] = [round(q, 3) for q in statistics.quantiles(ratios, n=4)]
         result[f"ratios_{clock}"] = [round(ratio, 3) for ratio in ratios]
     print(json.dumps(result, indent=2))
     if arguments.output:

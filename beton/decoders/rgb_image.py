@@ -36,6 +36,7 @@ from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
 from beton.decoders.image_crops import center_crop, random_resized_crop
 from beton.decoders.jpeg_rows import decode_rows, frame_size, rows_to_decode, sequential_frame
+from beton.decoders.subpixel import shift_into
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, State
 
 __all__ = ["SimpleRGBImageDecoder", "RandomResizedCropRGBImageDecoder", "CenterCropRGBImageDecoder",
@@ -70,7 +71,7 @@ def _image_field(operation: Any, previous: Any) -> Any:
 
 
 def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, float, float] | None = None,
-                area_above: float = _AREA_ABOVE_SHRINK) -> None:
+                area_above: float = _AREA_ABOVE_SHRINK, scratch: Callable[..., np.ndarray] | None = None) -> None:
     """Resize the rectangle ``crop`` = (top, left, height, width) of HxWxC ``image`` (the whole image if None)
     into ``out``, with the decoders' filter choice: area averaging from a shrink of ``area_above``, bilinear
     below.
@@ -78,9 +79,10 @@ def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, fl
     The rectangle may have fractional bounds (a crop mapped onto a DCT-scaled decode, whose pixel j covers
     stored pixels [j f, j f + f)): output pixels then sample the places they map to, to a fraction of a pixel,
     instead of the rectangle being widened to whole pixels, which shifted and stretched crops by up to a scaled
-    pixel (docs/images.md, "Where the crop lands"). The fraction is taken by a two-tap shift at this resolution
-    (the rectangle then starts on a pixel), and the resize by exactly the rectangle's scale; a third the cost of
-    ``cv2.warpAffine`` and as close to a full-resolution resize.
+    pixel (docs/images.md, "Where the crop lands"). The fraction is taken by a compiled bilinear shift at this
+    resolution (:func:`~beton.decoders.subpixel.shift_into`; the rectangle then starts on a pixel), and the
+    resize by exactly the rectangle's scale. ``scratch(nbytes, purpose)`` (a slot's
+    :class:`~beton.pipeline.operation.Scratch`) holds the shifted pixels; without it they are allocated.
     """
     height, width = (image.shape[0], image.shape[1]) if crop is None else (crop[2], crop[3])
     top, left = (0, 0) if crop is None else (crop[0], crop[1])
@@ -92,25 +94,26 @@ def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, fl
         region = image[y0 : y0 + int(height), x0 : x0 + int(width)]
         source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
         result = cv2.resize(source, (out_width, out_height), dst=target, interpolation=interpolation)
-    else:
-        fraction_y, fraction_x = top - y0, left - x0
-        # the whole-pixel hull and one pixel more, for the shift (repeated at the image's edge)
-        y1, x1 = math.ceil(top + height) + 1, math.ceil(left + width) + 1
-        region = image[y0 : min(y1, image.shape[0]), x0 : min(x1, image.shape[1])]
-        source = region.reshape(region.shape[0], region.shape[1]) if region.shape[2] == 1 else region
-        if y1 > image.shape[0] or x1 > image.shape[1]:
-            source = cv2.copyMakeBorder(source, 0, max(0, y1 - image.shape[0]), 0, max(0, x1 - image.shape[1]),
-                                        cv2.BORDER_REPLICATE)
-        if fraction_x:
-            source = cv2.addWeighted(source[:, :-1], 1 - fraction_x, source[:, 1:], fraction_x, 0)
-        if fraction_y:
-            source = cv2.addWeighted(source[:-1], 1 - fraction_y, source[1:], fraction_y, 0)
-        # no dsize: OpenCV then steps through the source by exactly 1/fx, 1/fy (its size rounds the rest)
-        resized = cv2.resize(source, (0, 0), fx=out_width / width, fy=out_height / height, interpolation=interpolation)
-        target[...] = resized[:out_height, :out_width]
+        if result is not target and not np.shares_memory(result, target):  # OpenCV reallocated: copy back
+            target[...] = result
         return
-    if result is not target and not np.shares_memory(result, target):  # OpenCV reallocated: copy back
-        target[...] = result
+    # the whole-pixel hull, shifted by the fraction so that the rectangle starts on its first pixel
+    shape = (math.ceil(top + height) - y0, math.ceil(left + width) - x0, image.shape[2])
+    nbytes = shape[0] * shape[1] * shape[2] * image.dtype.itemsize
+    shifted = np.empty(shape, image.dtype) if scratch is None else \
+        scratch(nbytes, "subpixel shift").view(image.dtype).reshape(shape)
+    shift_into(image, y0, x0, top - y0, left - x0, shifted)
+    source = shifted.reshape(shape[0], shape[1]) if shape[2] == 1 else shifted
+    # no dsize: OpenCV then steps through the source by exactly 1/fx, 1/fy and rounds the size it writes, which
+    # is the output's unless the hull's extra fraction of a pixel rounds up to one more output pixel
+    fx, fy = out_width / width, out_height / height
+    if (round(shape[1] * fx), round(shape[0] * fy)) == (out_width, out_height):
+        resized = cv2.resize(source, (0, 0), dst=target, fx=fx, fy=fy, interpolation=interpolation)
+        if resized is target or np.shares_memory(resized, target):
+            return
+    else:
+        resized = cv2.resize(source, (0, 0), fx=fx, fy=fy, interpolation=interpolation)
+    target[...] = resized[:out_height, :out_width]
 
 
 def _output_size_settable(cls: type) -> type:
@@ -175,7 +178,7 @@ class _CropDecoder(_ScanReader):
                                                  out.dtype), None
         else:
             image = raw_view(payload, height, width, channels, out.dtype)
-        resize_into(image, out, crop)
+        resize_into(image, out, crop, scratch=context.scratch)
 
     def decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
                      out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]
