@@ -33,7 +33,7 @@ def run_ranks(image_file, tmp_path, world_size: int, seed: int | None) -> list[d
     return [json.loads(path.read_text()) for path in outputs]
 
 
-@pytest.mark.parametrize(("world_size", "seed"), [(2, 9), (2, None), (3, None)])
+@pytest.mark.parametrize(("world_size", "seed"), [(2, 9), (3, None)])  # a seed given, and drawn by rank 0
 def test_ranks_partition_every_epoch_of_every_order(image_file, tmp_path, world_size, seed):
     results = run_ranks(image_file, tmp_path, world_size, seed)
     per_rank = -(-SAMPLES // world_size)  # shards are padded to equal length (as DistributedSampler's)

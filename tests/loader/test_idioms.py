@@ -201,10 +201,10 @@ def test_islice(make, path, order):
 
 def test_gc_collect_inside_the_loop(make, path, order):
     batches = []
-    for batch in make(batch_size=30):  # a temporary: only the iterator holds it (4 batches: a collection is slow)
+    for batch in make(batch_size=60):  # a temporary: only the iterator holds it (2 batches: a collection is slow)
         gc.collect()
         batches.append(indices(batch))
-    assert batches == expected(path, order, 0, batch_size=30)
+    assert batches == expected(path, order, 0, batch_size=60)
 
 
 # ---- leaving a loop early ------------------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     cv2.setNumThreads(1)
     # Rounds (one epoch each) are cheap next to writing the files: 7 of them give medians that one slow moment
     # of a shared host does not move.
-    count, raw_count, repeats = (300, 20_000, 2) if quick else (2000, 50_000, 7)
+    count, raw_count, repeats = (150, 10_000, 2) if quick else (2000, 50_000, 7)
     output_dir = output_dir or os.path.join(os.getcwd(), "bench-results")
     os.makedirs(output_dir, exist_ok=True)
     result = {**run_header(), "quick": quick, "images": count, "scenarios": {}}
