@@ -51,9 +51,8 @@ from beton.storage import format as fmt
 from beton.storage.digests import digest
 from beton.storage.encode import EncodedChunk, EncodeSpec
 from beton.errors import WriterError, locate
-from beton.storage.remote.fetch import filesystem
 from beton.storage.remote.options import RemoteOptions, is_url, remote_or_default
-from beton.storage.remote.upload import upload_file
+from beton.storage.remote.upload import check_destination, upload_file
 
 _TABLE_ALIGNMENT = 64
 _WRITE_BUFFER = 1 << 20
@@ -188,7 +187,7 @@ class FileBuilder:
         self._remote = remote_or_default(remote)
         self._url = spec.path if is_url(spec.path) else None
         if self._url is not None:
-            filesystem(self._url, self._remote)  # an unknown scheme or a missing package fails before any encoding
+            check_destination(self._url, self._remote)  # unreachable, refused or missing: before any encoding
         local_target = spec.path if self._url is None else staging_path(self._url)
         self._page_size = page_size
         self._metadata = b"{}" if metadata is None else metadata  # the metadata table's bytes

@@ -18,7 +18,7 @@ pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' ext
 import beton  # noqa: E402
 from beton.dataset.merge import merge  # noqa: E402
 from beton.dataset.shards import dataset_manifest, index  # noqa: E402
-from beton.errors import DatasetError, ShardNotFoundError, StorageError, WriterError  # noqa: E402
+from beton.errors import BetonError, DatasetError, ShardNotFoundError, StorageError, WriterError  # noqa: E402
 from beton.storage.remote import RemoteOptions  # noqa: E402
 from beton.storage.verify import verify_reader  # noqa: E402
 from conftest import MIXED_FIELDS, ListDataset, mixed_sample, write  # noqa: E402
@@ -111,11 +111,31 @@ def test_a_failed_write_leaves_the_url_as_it_was(store, staging, tmp_path):
     assert os.listdir(staging) == []
 
 
-def test_a_failed_upload_leaves_nothing(store, staging):
+def test_a_missing_bucket_fails_before_encoding(store, staging):
+    class Untouchable(ListDataset):
+        def __getitem__(self, index):
+            raise AssertionError("no sample may be read")
+
     _, options = store
-    with pytest.raises(WriterError, match="no such bucket") as caught:
-        writer("s3://no-such-bucket/data.beton", options).from_indexed_dataset(ListDataset(SAMPLES))
+    with pytest.raises(BetonError, match="no such bucket 'no-such-bucket'") as caught:
+        writer("s3://no-such-bucket/data.beton", options).from_indexed_dataset(Untouchable(SAMPLES))
     assert "s3://no-such-bucket/data.beton" in str(caught.value)
+    assert os.listdir(staging) == []
+
+
+def test_a_failed_upload_leaves_nothing(store, staging):
+    fs, options = store
+
+    class RemovingTheBucket(ListDataset):  # the bucket is there when the writer starts, gone by the upload
+        def __getitem__(self, index):
+            if index == len(self) - 1:
+                fs.rmdir("vanishing")
+            return super().__getitem__(index)
+
+    fs.mkdir("vanishing")
+    with pytest.raises(WriterError, match="no such bucket") as caught:
+        writer("s3://vanishing/data.beton", options).from_indexed_dataset(RemovingTheBucket(SAMPLES))
+    assert "s3://vanishing/data.beton" in str(caught.value)
     assert os.listdir(staging) == []
 
 
@@ -124,9 +144,10 @@ def test_a_url_that_is_not_a_store_fails_before_encoding(staging):
         def __getitem__(self, index):
             raise AssertionError("no sample may be read")
 
-    with pytest.raises((ValueError, ImportError)):
+    with pytest.raises(BetonError, match="nosuchscheme") as caught:
         beton.DatasetWriter("nosuchscheme://bucket/data.beton", MIXED_FIELDS, num_workers=0,
                             progress=False).from_indexed_dataset(Untouchable(SAMPLES))
+    assert "nosuchscheme://bucket/data.beton" in str(caught.value)
     assert os.listdir(staging) == []
 
 

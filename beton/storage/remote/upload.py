@@ -34,28 +34,36 @@ import secrets
 import time
 from collections.abc import Callable
 
-from beton.errors import BetonError, StorageError, locate
+from beton.errors import BetonError, ShardNotFoundError, StorageError, locate
 from beton.storage.remote.fetch import _describe, backoff, filesystem, with_retries
 from beton.storage.remote.options import RemoteOptions
 
-__all__ = ["upload_file", "WHOLE_OBJECT_STORES"]
+__all__ = ["upload_file", "check_destination", "WHOLE_OBJECT_STORES"]
 
 #: fsspec protocols whose objects become visible whole, once their upload completes.
 WHOLE_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
 
 
+def check_destination(url: str, options: RemoteOptions, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Fail before a writer encodes anything where its upload to ``url`` could not succeed: the store unreachable,
+    the credentials refused, or (object stores) the bucket missing. Retried as an upload is. Other stores' folders
+    are not asked about: what a folder is differs between them (``memory://`` has none until a file is in it)."""
+    fs, path, whole = _store(url, options)
+    bucket = path.split("/", 1)[0]
+    if not whole or not bucket:
+        return
+    jitter = random.Random()
+    there = with_retries(lambda fresh: fs.exists(bucket), options, url, f"asking whether the bucket {bucket!r} exists",
+                         lambda number: sleep(backoff(options, number, jitter.random())))
+    if not there:
+        raise locate(ShardNotFoundError(f"no such bucket {bucket!r} to write the file in (create it first)"),
+                     path=url)
+
+
 def upload_file(local_path: str, url: str, options: RemoteOptions,
                 sleep: Callable[[float], None] = time.sleep) -> None:
     """Put the complete local file ``local_path`` at ``url`` (module docstring), reached as ``options`` says."""
-    try:
-        fs, path = filesystem(url, options)
-    except BetonError:
-        raise
-    except Exception as error:  # noqa: BLE001 - the client's own exception: a BetonError naming the URL instead
-        raise locate(StorageError(f"reaching the storage to write the file failed: {_describe(error)}"),
-                     path=url) from error
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    whole = bool(WHOLE_OBJECT_STORES & set(protocols))
+    fs, path, whole = _store(url, options)
     target = path if whole else f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     jitter = random.Random()  # spreads the retries of many writers; never affects what is written
 
@@ -83,6 +91,19 @@ def upload_file(local_path: str, url: str, options: RemoteOptions,
             if not existed:
                 _remove(fs, path, error, f"the file {url}")
         raise
+
+
+def _store(url: str, options: RemoteOptions) -> tuple[object, str, bool]:
+    """The file system and path of ``url``, and whether it is an object store (:data:`WHOLE_OBJECT_STORES`)."""
+    try:
+        fs, path = filesystem(url, options)
+    except BetonError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the client's own exception: a BetonError naming the URL instead
+        raise locate(StorageError(f"reaching the storage to write the file failed: {_describe(error)}"),
+                     path=url) from error
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return fs, path, bool(WHOLE_OBJECT_STORES & set(protocols))
 
 
 def _remove(fs: object, name: str, error: BaseException, what: str) -> None:
