@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from beton.errors import BetonError, ShardNotFoundError, StorageError, locate
+from beton.errors import BetonError, StorageError, locate
 from beton.storage.remote.fetch import _describe, backoff, filesystem, with_retries
 from beton.storage.remote.options import RemoteOptions
 
@@ -53,11 +53,10 @@ def check_destination(url: str, options: RemoteOptions, sleep: Callable[[float],
     if not whole or not bucket:
         return
     jitter = random.Random()
-    there = with_retries(lambda fresh: fs.exists(bucket), options, url, f"asking whether the bucket {bucket!r} exists",
-                         lambda number: sleep(backoff(options, number, jitter.random())))
-    if not there:
-        raise locate(ShardNotFoundError(f"no such bucket {bucket!r} to write the file in (create it first)"),
-                     path=url)
+    # info, not exists: s3fs's exists answers False for refused credentials too, which would read "no such bucket"
+    with_retries(lambda fresh: fs.info(bucket), options, url, f"asking about the bucket {bucket!r}",
+                 lambda number: sleep(backoff(options, number, jitter.random())),
+                 missing=f"no such bucket {bucket!r} to write the file in (create it first)")
 
 
 def upload_file(local_path: str, url: str, options: RemoteOptions,
