@@ -4,9 +4,8 @@ decode (:func:`beton.decoders.rgb_image.resize_into` shifts, then resizes by the
 The shift is bilinear, in sixteenths of a pixel per axis: a crop mapped onto a decode at 1/2, 1/4 or 1/8 starts
 on a multiple of 1/8 of a pixel, so it is exact there (any other fraction is rounded to 1/16). With the two
 weights of each axis in sixteenths, the four products of a pixel sum to 256 parts: an 8-bit image's weighted sum
-fits 16 bits, which LLVM vectorises many values at a time. One pass over a 219x219 hull cost about a quarter of
-OpenCV's ``addWeighted`` once per axis (which converts to float and returns new arrays); docs/images.md, "Where
-the crop lands", has the paired figures.
+fits 16 bits, which LLVM vectorises many values at a time. It replaces OpenCV's ``addWeighted`` once per axis
+(which converts to float and returns new arrays); docs/images.md, "Where the crop lands", has the paired figures.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ SUBPIXEL_STEPS = 16
 @numba.njit(nogil=True, cache=True)
 def _shift_kernel(image, y0, x0, w00, w01, w10, w11, out):
     """out = image's four neighbours of each pixel weighted by w00 (itself), w01 (right), w10 (below) and w11,
-    in 256ths. The weights must arrive as uint16: products with 64-bit weights (numba's type for arithmetic on
-    small integers) vectorised five times worse."""
+    in 256ths. The weights must arrive as uint16: with 64-bit weights (numba's type for arithmetic on small
+    integers) the products vectorise over fewer values at a time (docs/images.md)."""
     rows, columns, channels = image.shape
     height, width = out.shape[0], out.shape[1]
     source, target = image.ravel(), out.ravel()  # both contiguous: views

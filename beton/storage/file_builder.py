@@ -50,7 +50,7 @@ from beton import dtypes
 from beton.storage import format as fmt
 from beton.storage.digests import digest
 from beton.storage.encode import EncodedChunk, EncodeSpec
-from beton.errors import WriterError, locate
+from beton.errors import BetonError, WriterError, locate
 from beton.storage.remote.options import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.upload import check_destination, upload_file
 
@@ -317,8 +317,10 @@ _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_error(path: str, error: OSError) -> WriterError:
-    """The WriterError for an OSError while a file was written (a full disk says so)."""
-    return locate(WriterError(f"writing failed: {error.strerror or error}"
+    """The WriterError for an OSError while a file was written (a full disk says so; a BetonError's own message,
+    without the file it names again)."""
+    detail = error.args[0] if isinstance(error, BetonError) and error.args else error.strerror or error
+    return locate(WriterError(f"writing failed: {detail}"
                               + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else "")), path=path)
 
 

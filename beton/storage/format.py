@@ -42,7 +42,7 @@ Why it looks like this:
   a hash of the header (what a manifest records) pins the content: a forged byte changes a page's digest, hence
   the digest table, hence the header. Per page, so a reader can check each page as it first loads it instead of
   reading the whole file first. SHA-256 because :mod:`hashlib` has it everywhere and CPUs with SHA instructions
-  (x86 SHA-NI, ARMv8) hash it at about twice BLAKE2b's rate (docs/format.md, "Content digests").
+  (x86 SHA-NI, ARMv8) hash it faster than BLAKE2b (figures: docs/format.md, "Digest table").
 * **Versions name what a file uses, not who wrote it.** Version 2 added the metadata table to version 1 (its
   reference sits in header bytes that version 1 reserves), so a reader that knows only version 1 refuses a
   version-2 file by its version number instead of misreading it. Version 3 adds the digest table (and always has a metadata table, ``{}`` when there

@@ -119,7 +119,7 @@ def test_a_missing_bucket_fails_before_encoding(store, staging):
     _, options = store
     with pytest.raises(BetonError, match="no such bucket 'no-such-bucket'") as caught:
         writer("s3://no-such-bucket/data.beton", options).from_indexed_dataset(Untouchable(SAMPLES))
-    assert "s3://no-such-bucket/data.beton" in str(caught.value)
+    assert str(caught.value).count("s3://no-such-bucket/data.beton") == 1
     assert os.listdir(staging) == []
 
 

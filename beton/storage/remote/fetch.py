@@ -48,7 +48,7 @@ from beton.storage.remote.answers import AnswerError, NotThere, read_exactly
 from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["RangeFetcher", "filesystem", "import_fsspec", "is_transient", "with_retries", "backoff", "read_s3_range",
-           "identity_of"]
+           "identity_of", "describe_error"]
 
 # Identity of a stored object without an ETag, by the names fsspec's implementations give it: a changed object
 # changes one.
@@ -105,12 +105,12 @@ def with_retries(attempt: Callable[[bool], Any], options: RemoteOptions, url: st
             raise locate(ShardNotFoundError(f"{missing} ({what}{detail})"), path=url) from None
         except Exception as error:  # noqa: BLE001 - classified: only transient ones are tried again
             if not is_transient(error):
-                raise locate(StorageError(f"{what} failed: {_describe(error)}"), path=url) from error
+                raise locate(StorageError(f"{what} failed: {describe_error(error)}"), path=url) from error
             last: BaseException = error
         if number + 1 < tries:
             pause(number)
     times = "once" if tries == 1 else f"{tries} times"
-    raise locate(StorageError(f"{what} failed {times}; last error: {_describe(last)}"), path=url) from last
+    raise locate(StorageError(f"{what} failed {times}; last error: {describe_error(last)}"), path=url) from last
 
 
 def is_transient(error: BaseException) -> bool:
@@ -280,6 +280,7 @@ def identity_of(info: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return (size,) + tuple((key, str(info[key])) for key in _IDENTITY_KEYS if info.get(key) is not None)
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
+    """An exception in one line: its type and message."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 from beton.errors import BetonError, StorageError, locate
-from beton.storage.remote.fetch import _describe, backoff, filesystem, with_retries
+from beton.storage.remote.fetch import backoff, describe_error, filesystem, with_retries
 from beton.storage.remote.options import RemoteOptions
 
 __all__ = ["upload_file", "check_destination", "WHOLE_OBJECT_STORES"]
@@ -46,7 +46,9 @@ WHOLE_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"
 
 def check_destination(url: str, options: RemoteOptions, sleep: Callable[[float], None] = time.sleep) -> None:
     """Fail before a writer encodes anything where its upload to ``url`` could not succeed: the store unreachable,
-    the credentials refused, or (object stores) the bucket missing. Retried as an upload is. Other stores' folders
+    no credentials, or (object stores) the bucket missing. Retried as an upload is. Access denied to the question
+    is not a failure: credentials that may only put objects (an upload role without s3:ListBucket, GCS's
+    objectCreator) cannot ask about the bucket, and the upload says whether they may write. Other stores' folders
     are not asked about: what a folder is differs between them (``memory://`` has none until a file is in it)."""
     fs, path, whole = _store(url, options)
     bucket = path.split("/", 1)[0]
@@ -54,9 +56,13 @@ def check_destination(url: str, options: RemoteOptions, sleep: Callable[[float],
         return
     jitter = random.Random()
     # info, not exists: s3fs's exists answers False for refused credentials too, which would read "no such bucket"
-    with_retries(lambda fresh: fs.info(bucket), options, url, f"asking about the bucket {bucket!r}",
-                 lambda number: sleep(backoff(options, number, jitter.random())),
-                 missing=f"no such bucket {bucket!r} to write the file in (create it first)")
+    try:
+        with_retries(lambda fresh: fs.info(bucket), options, url, f"asking about the bucket {bucket!r}",
+                     lambda number: sleep(backoff(options, number, jitter.random())),
+                     missing=f"no such bucket {bucket!r} to write the file in (create it first)")
+    except StorageError as error:
+        if not isinstance(error.__cause__, PermissionError):
+            raise
 
 
 def upload_file(local_path: str, url: str, options: RemoteOptions,
@@ -73,6 +79,8 @@ def upload_file(local_path: str, url: str, options: RemoteOptions,
         fs.put_file(local_path, target)
 
     def move(fresh: bool) -> None:
+        if fresh and not fs.exists(target) and fs.exists(path) and fs.size(path) == os.path.getsize(local_path):
+            return  # an earlier attempt moved it and its answer was lost
         fs.mv(target, path)
 
     existed = True  # until known otherwise: a target that may be the former file is never removed
@@ -99,7 +107,7 @@ def _store(url: str, options: RemoteOptions) -> tuple[object, str, bool]:
     except BetonError:
         raise
     except Exception as error:  # noqa: BLE001 - the client's own exception: a BetonError naming the URL instead
-        raise locate(StorageError(f"reaching the storage to write the file failed: {_describe(error)}"),
+        raise locate(StorageError(f"reaching the storage to write the file failed: {describe_error(error)}"),
                      path=url) from error
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return fs, path, bool(WHOLE_OBJECT_STORES & set(protocols))
@@ -112,6 +120,6 @@ def _remove(fs: object, name: str, error: BaseException, what: str) -> None:
         if fs.exists(name):  # type: ignore[attr-defined]
             fs.rm_file(name)  # type: ignore[attr-defined]
     except Exception as failure:  # noqa: BLE001 - the upload's error is the one to report
-        locate(error, note=f"({what} may be left behind, and could not be removed: {_describe(failure)}; "
+        locate(error, note=f"({what} may be left behind, and could not be removed: {describe_error(failure)}; "
                            "remove it by hand)")
 

@@ -131,3 +131,53 @@ def test_an_upload_that_succeeds_leaves_only_the_file(local, monkeypatch):
     store = use(monkeypatch, Store({}, skip_instance_cache=True))
     upload.upload_file(local, URL, OPTIONS, sleep=lambda seconds: None)
     assert store.names() == ["/bucket/data.beton"] and store.cat_file(URL) == b"finished file"
+
+
+def test_a_move_whose_answer_was_lost_is_not_undone(local, monkeypatch):
+    """The move happened but its answer was lost (a dropped connection): the retry finds the file at its name and
+    the temporary gone, which is success, not "the uploaded temporary file is gone" and a removed file."""
+
+    class MovedThenDropped(Store):
+        def mv(self, path1, path2, **kwargs):
+            super().mv(path1, path2, **kwargs)
+            if not getattr(self, "dropped", False):
+                self.dropped = True
+                raise ConnectionResetError(104, "Connection reset by peer")
+
+    store = use(monkeypatch, MovedThenDropped({}, skip_instance_cache=True))
+    upload.upload_file(local, URL, OPTIONS, sleep=lambda seconds: None)
+    assert store.names() == ["/bucket/data.beton"] and store.cat_file(URL) == b"finished file"
+
+
+class ObjectStore(Store):
+    """An object store (objects appear whole) whose buckets are the top-level names."""
+
+    protocol = ("s3",)
+
+    def __init__(self, buckets: dict[str, Exception | None], **kwargs) -> None:
+        super().__init__({}, **kwargs)
+        self.buckets = buckets
+
+    def info(self, path, **kwargs):
+        if path not in self.buckets:
+            raise FileNotFoundError(path)
+        if self.buckets[path] is not None:
+            raise self.buckets[path]
+        return {"name": path, "type": "directory", "size": 0}
+
+
+@pytest.mark.parametrize(("buckets", "refused"), [
+    ({"bucket": None}, None),
+    ({}, "no such bucket 'bucket'"),
+    ({"bucket": PermissionError(13, "Access Denied")}, None),  # may put objects without asking about the bucket
+    ({"bucket": foreign("botocore.exceptions", "NoCredentialsError")("Unable to locate credentials")},
+     "NoCredentialsError"),
+])
+def test_the_destination_is_checked_before_anything_is_written(monkeypatch, buckets, refused):
+    use(monkeypatch, ObjectStore(buckets, skip_instance_cache=True))
+    if refused is None:
+        upload.check_destination("s3://bucket/data.beton", OPTIONS, sleep=lambda seconds: None)
+        return
+    with pytest.raises(BetonError, match=refused) as caught:
+        upload.check_destination("s3://bucket/data.beton", OPTIONS, sleep=lambda seconds: None)
+    assert caught.value.path == "s3://bucket/data.beton"
