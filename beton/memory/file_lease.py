@@ -23,9 +23,10 @@ Maps read only briefly (the OS cache over several files copies each batch's payl
 the decoders read the copies) need no watching thread: :class:`CopyLeases` takes a shard's lease when a copy out of
 its map starts and lets go of it when the last copy in progress ends, and between taking it and copying, the caller
 checks that the file is as it was opened (a truncation that happened before the lease was taken is seen then; one
-attempted during the copy waits for its end). Where a lease was had once for a file and cannot be had again (a
-process is truncating or writing it), the copy raises :class:`~beton.errors.FormatError` instead; where none was
-ever had, the copy goes on with the per-batch checks only, as above.
+attempted during the copy waits for its end). Where a lease was had once for a file (on any descriptor: a shard
+closed and opened again is the same file) and cannot be had again (a process is truncating or writing it), the
+copy raises :class:`~beton.errors.FormatError` instead; where none was ever had, the copy goes on with the
+per-batch checks only, as above.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -99,10 +101,7 @@ class FileLease:
                 self._condition.wait_for(lambda: not self._reading or self._stop.is_set())
                 if self._stop.is_set():
                     return  # closing the descriptor releases the lease
-                try:
-                    fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # the other process goes on
-                except OSError:
-                    pass  # the kernel broke it already (the lease-break time passed)
+                _release_lease(self._fd)  # the other process goes on
                 return
 
     def close(self) -> None:
@@ -113,49 +112,49 @@ class FileLease:
         it makes no further call on the descriptor, and it ends by itself."""
         with self._condition:
             if self.held and not self._stop.is_set():
-                try:
-                    fcntl.fcntl(self._fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-                except OSError:
-                    pass  # broken already: by the watcher, or by the kernel once the lease-break time passed
+                _release_lease(self._fd)
             self._stop.set()
             self._condition.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(_JOIN_SECONDS)
 
 
-
-
 @dataclasses.dataclass
 class _Copying:
-    owner: object  # what the descriptor belongs to: a descriptor number may name another file once it is closed
-    copies: int = 0  # copies out of its map in progress
+    copies: int = 0  # copies out of the descriptor's map in progress
     leased: bool = False  # the lease is held now
-    ever_leased: bool = False  # a lease was granted once: a refusal now means the file is being changed
 
 
 class CopyLeases:
     """Read leases held while copies out of memory maps are in progress (module docstring), for any number of
-    files, from any thread."""
+    files, from any thread.
+
+    Whether a file's lease was granted once is kept by the file's identity (device and inode), not by descriptor:
+    the OS cache over several files closes shards beyond ``max_open_shards`` and opens them again on a new
+    descriptor, and a lease refused on that one means the file is being changed as much as on the first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._files: dict[int, _Copying] = {}  # descriptor -> its copies
+        self._copying: dict[int, _Copying] = {}  # descriptor -> its copies, while any is in progress
+        self._ever_leased: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files granted a lease once
 
     @contextlib.contextmanager
-    def copying(self, fd: int, path: str, owner: object, check: Callable[[], None]) -> Iterator[bool]:
-        """Hold the read lease on ``fd`` (open read-only; ``owner``: the object whose descriptor it is) while the
-        block copies out of its map; ``check()`` raises unless the file is still as it was opened, and runs once
-        the lease is held. Yields whether it is held (False: the kernel grants none for this file).
+    def copying(self, fd: int, path: str, check: Callable[[], None]) -> Iterator[bool]:
+        """Hold the read lease on ``fd`` (open read-only, and kept open until the block ends) while the block
+        copies out of its map; ``check()`` raises unless the file is still as it was opened, and runs once the
+        lease is held. Yields whether it is held (False: the kernel grants none for this file).
         :class:`~beton.errors.FormatError` naming ``path`` when another process is truncating or writing it."""
         with self._lock:
-            state = self._files.get(fd)
-            if state is None or state.owner is not owner:
-                state = self._files[fd] = _Copying(owner)
-            if state.copies == 0:
-                state.leased = _take_lease(fd)
-                if state.ever_leased and not state.leased:
+            state = self._copying.get(fd)
+            if state is None:
+                status = os.fstat(fd)
+                identity = (status.st_dev, status.st_ino)
+                leased = _take_lease(fd)
+                if identity in self._ever_leased and not leased:
                     raise locate(FormatError(_CHANGING), path=path)
-                state.ever_leased |= state.leased
+                if leased:
+                    self._ever_leased.add(identity)
+                state = self._copying[fd] = _Copying(leased=leased)
             elif state.leased and _lease_of(fd) != fcntl.F_RDLCK:  # a break is pending: join no copy to it
                 raise locate(FormatError(_CHANGING), path=path)
             state.copies += 1
@@ -165,12 +164,10 @@ class CopyLeases:
         finally:
             with self._lock:
                 state.copies -= 1
-                if state.copies == 0 and state.leased:
-                    state.leased = False
-                    try:
-                        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # whoever waits to truncate goes on
-                    except OSError:
-                        pass  # the kernel broke it already (the lease-break time passed)
+                if state.copies == 0:
+                    del self._copying[fd]  # the descriptor may be closed now, and its number name another file
+                    if state.leased:
+                        _release_lease(fd)  # whoever waits to truncate goes on
 
 
 def _lease_of(fd: int) -> int:
@@ -190,3 +187,10 @@ def _take_lease(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _release_lease(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    except OSError:
+        pass  # broken already: by the kernel once the lease-break time passed (or, for a FileLease, its watcher)

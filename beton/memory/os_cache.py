@@ -149,7 +149,7 @@ class ShardMapsLayer(MemoryLayer):
         for shard in np.unique(shards[sizes > 0]).tolist():
             rows = np.flatnonzero((shards == shard) & (sizes > 0))
             with self._pages.opened(shard) as file, self._pages.mapped(shard) as mapped, \
-                    self._leases.copying(file.fd, file.description, file, file.check):  # type: ignore[attr-defined]
+                    self._leases.copying(file.fd, file.description, file.check):  # type: ignore[attr-defined]
                 if self._digests is not None:
                     _check_pages(self._digests, self._heap, mapped, int(self._shifts[shard]), offsets[rows],
                                  sizes[rows])

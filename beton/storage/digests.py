@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from beton.errors import CorruptDataError, locate
-from beton.storage import format as fmt
 
 __all__ = ["digest", "PageDigests", "NO_DIGESTS"]
 

@@ -61,17 +61,32 @@ def test_each_page_is_hashed_once_per_loader(written, hashed, memory):
 
 
 def test_a_thread_waiting_for_a_page_another_found_forged_raises_too():
-    """Thread A hashes page 0 (held until B waits for it); the page does not match: both raise, naming it."""
+    """Thread A hashes page 0, held until B has decided what to do about it: B waits for A rather than hashing the
+    page too. The page does not match: both raise, naming it (B hashing it once A let go)."""
     expected = np.frombuffer(digests.digest(b"honest"), np.uint8)[None, :]
     pages = digests.PageDigests(["f.beton"], expected.copy(), np.array([0, 1]), np.zeros(1, bool))
-    b_waits, errors = threading.Event(), {}
-    asked: list[str] = []
+    a_hashes, b_decided, errors = threading.Event(), threading.Event(), {}
+    b_did: list[str] = []
+
+    class Observed:
+        """A's event for page 0, as B sees it."""
+
+        def __init__(self, event: threading.Event) -> None:
+            self._event = event
+
+        def wait(self, timeout: float | None = None) -> bool:
+            b_did.append("waited")
+            b_decided.set()
+            return self._event.wait(timeout)
 
     def page_bytes(name):
         def read(page):
-            asked.append(name)
             if name == "a":
-                assert b_waits.wait(10)
+                a_hashes.set()
+                assert b_decided.wait(10)
+            else:
+                b_did.append("hashed")
+                b_decided.set()
             return b"forged"
         return read
 
@@ -83,12 +98,11 @@ def test_a_thread_waiting_for_a_page_another_found_forged_raises_too():
 
     a = threading.Thread(target=check, args=("a",))
     a.start()
-    while not pages._hashing:  # A has claimed page 0
-        time.sleep(0.001)
+    assert a_hashes.wait(10)  # A has claimed page 0
+    with pages._lock:
+        pages._hashing[0] = Observed(pages._hashing[0])
     b = threading.Thread(target=check, args=("b",))
     b.start()
-    time.sleep(0.05)
-    assert asked == ["a"]  # B did not hash page 0 while A was hashing it
-    b_waits.set()
     a.join(10), b.join(10)
+    assert b_did == ["waited", "hashed"]  # B did not hash page 0 while A was hashing it, and did once A let go
     assert set(errors) == {"a", "b"} and all(error.page == 0 and error.path == "f.beton" for error in errors.values())

@@ -26,6 +26,8 @@ FIELDS = {"big": NDArrayField(np.uint8, (SIDE, SIDE)), "label": IntField()}
 SAMPLES = 12
 RUNS = 4
 
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="read leases (F_SETLEASE) and /proc/locks are Linux's")
+
 
 def read_while_truncated(*paths: str) -> None:
     """Subprocess side: for each file, read epochs through the OS cache while another process (a shell) truncates
@@ -94,7 +96,6 @@ def leases_on(path: str) -> list[str]:
         return [line for line in locks if "LEASE" in line and f":{inode} " in line and f" {os.getpid()} " in line]
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux's /proc/locks")
 def test_closing_the_loader_lets_go_of_the_lease_while_views_of_the_map_live_on(big_file):
     """The map keeps a descriptor of its own, and views of it can outlive close(): the lease must not live on with
     them, or whoever writes the file next waits the whole lease-break time (45 s by default)."""
@@ -102,9 +103,7 @@ def test_closing_the_loader_lets_go_of_the_lease_while_views_of_the_map_live_on(
     for _ in loader:
         pass
     view = np.frombuffer(loader.memory._memory, np.uint8)  # a view of the map, as a decoder's source holds one
-    if not loader.memory.lease.held:
-        pytest.skip("the kernel granted no lease here (a file system without leases)")
-    assert leases_on(big_file)
+    assert loader.memory.lease.held and leases_on(big_file)
     loader.close()
     assert not leases_on(big_file), "the lease outlived close()"
     del view
@@ -114,8 +113,7 @@ def test_a_lease_the_watcher_can_no_longer_ask_about_counts_as_lost(big_file, mo
     """F_GETLEASE failing means the lease may be gone, and nothing then holds off a truncation: the next batch
     raises a FormatError naming the file, as when the lease breaks; the batches before it were read."""
     with Loader(big_file, batch_size=2, num_workers=1, memory=OSCache()) as loader:
-        if not loader.memory.lease.held:
-            pytest.skip("the kernel granted no lease here (a file system without leases)")
+        assert loader.memory.lease.held
         batches = iter(loader)
         next(batches)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ FIELDS = {"blob": NDArrayField(np.uint8, (4096,)), "label": IntField()}
 PER_SHARD = 16
 PAGE = 1 << 16  # a shard's heap: one page
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux's leases and /proc/locks")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="read leases (F_SETLEASE) and /proc/locks are Linux's")
 
 
 def lease_lines(path: str) -> list[str]:
@@ -101,24 +102,56 @@ def test_shards_that_get_no_lease_are_still_read_and_leases_end_with_each_copy(t
 
 def test_a_lease_granted_once_and_refused_later_means_the_file_is_being_changed(tmp_path):
     """Once a copy had the lease, a later copy that cannot have it (the file is open for writing) raises a
-    FormatError naming the file rather than reading the map unprotected."""
+    FormatError naming the file rather than reading the map unprotected, on the descriptor that had it and on one
+    opened since (a shard closed and opened again); another file is another matter."""
     from beton.errors import FormatError
     from beton.memory.file_lease import CopyLeases
 
-    path = tmp_path / "shard.beton"
+    path, other = tmp_path / "shard.beton", tmp_path / "other.beton"
     path.write_bytes(b"x" * 4096)
-    leases, owner, checks = CopyLeases(), object(), []
+    other.write_bytes(b"y" * 4096)
+    leases, checks = CopyLeases(), []
     fd = os.open(path, os.O_RDONLY)
     try:
-        with leases.copying(fd, str(path), owner, lambda: checks.append(1)) as held:
+        with leases.copying(fd, str(path), lambda: checks.append(1)) as held:
             assert held and lease_lines(str(path))
         assert not lease_lines(str(path)) and checks == [1]  # let go once the copy is over
-        with open(path, "r+b"):
-            with pytest.raises(FormatError, match="opened for writing") as caught:
-                with leases.copying(fd, str(path), owner, lambda: checks.append(2)):
-                    pass
-        assert caught.value.path == str(path) and checks == [1]
-        with leases.copying(fd, str(path), object(), lambda: None) as held:  # another owner: a new file
-            assert held
     finally:
         os.close(fd)
+    with open(path, "r+b"):
+        for _ in range(2):  # a new descriptor each time: the file is the same
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                with pytest.raises(FormatError, match="opened for writing") as caught:
+                    with leases.copying(fd, str(path), lambda: checks.append(2)):
+                        pass
+            finally:
+                os.close(fd)
+            assert caught.value.path == str(path) and checks == [1]
+        fd = os.open(other, os.O_RDONLY)  # may well get the number the shard's descriptor had
+        try:
+            with leases.copying(fd, str(other), lambda: None) as held:
+                assert held
+        finally:
+            os.close(fd)
+
+
+def test_a_shard_closed_and_opened_again_keeps_refusing_to_be_read_unprotected(tmp_path):
+    """With more shards than the OS cache keeps open, each epoch closes the first shards and opens them again on
+    new descriptors; a shard leased in the first epoch and open for writing in the second is being changed there
+    too: a FormatError naming it, not a read of its map with no lease holding off a truncation."""
+    from beton import Loader
+    from beton.dataset.union import DEFAULT_OPEN_SHARDS
+    from beton.errors import FormatError
+    from beton.loader import OrderOption
+    from beton.memory import OSCache
+
+    first = str(write(tmp_path / "part-0.beton", FIELDS, [(np.full(4096, 1, np.uint8), 1)], page_size=PAGE))
+    shards = [first] + [shutil.copyfile(first, tmp_path / f"part-{k}.beton") for k in range(1, DEFAULT_OPEN_SHARDS + 1)]
+    with Loader(shards, batch_size=1, num_workers=1, order=OrderOption.SEQUENTIAL, memory=OSCache()) as loader:
+        assert sum(len(label) for _, label in loader) == len(shards)  # shard 0 leased, closed at the end
+        with open(first, "r+b"):
+            with pytest.raises(FormatError, match="opened for writing") as caught:
+                for _ in loader:
+                    pass
+    assert caught.value.path == first
