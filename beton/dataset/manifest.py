@@ -60,7 +60,7 @@ from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher, import_fsspec
 
-__all__ = ["Manifest", "Shard", "Shards", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
+__all__ = ["Manifest", "Shard", "Shards", "TablesFile", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
            "header_digest", "MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES"]
 
 MANIFEST_FORMAT = "beton-manifest"
@@ -76,6 +76,8 @@ _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _WRAPPING_PROTOCOLS = frozenset({"simplecache", "blockcache", "filecache", "cached", "tar", "zip", "libarchive",
                                  "reference", "dir", "jlab", "jupyter"})
 _TOP_KEYS = ("format", "version", "num_samples", "fields", "shards")
+_OPTIONAL_TOP_KEYS = ("tables",)
+_TABLES_KEYS = ("path", "sha256")
 _FIELD_KEYS = ("name", "type", "arguments", "metadata_dtype", "payload")
 _SHARD_KEYS = ("path", "num_samples", "header_sha256")
 _SHARD_KEY_SET = frozenset(_SHARD_KEYS)
@@ -223,6 +225,15 @@ class Shards(Sequence[Shard]):
 
 
 @dataclasses.dataclass(frozen=True)
+class TablesFile:
+    """Where a manifest's tables file lies (``location``, resolved as a shard's path is) and the SHA-256 (hex) of
+    its bytes, which the manifest pins (:mod:`beton.dataset.tables_file`)."""
+
+    location: str
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     """The shards of one dataset in order, and their common fields. ``source`` is the manifest file it was read
     from, or None for one built in memory. ``remote``: the :class:`~beton.storage.remote.RemoteOptions` it was
@@ -234,6 +245,7 @@ class Manifest:
     fields: tuple[FieldSpec, ...]
     source: str | None = None
     remote: RemoteOptions | None = dataclasses.field(default=None, compare=False, repr=False)
+    tables: TablesFile | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.shards, Shards):  # Shard objects (their ranges follow from the counts)
@@ -341,9 +353,11 @@ class Manifest:
         def lines(items: list[dict[str, Any]]) -> str:  # one field or shard per line: readable, diffable
             return "[\n  " + ",\n  ".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n ]"
 
-        head = json.dumps({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples})
+        head = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples}
+        if self.tables is not None:
+            head["tables"] = {"path": _listed_path(self.tables.location, location), "sha256": self.tables.sha256}
         fields = lines([field.to_json() for field in self.fields])
-        return f'{head[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
+        return f'{json.dumps(head)[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
 
     def write(self, location: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> None:
         """Write the manifest file: a local file atomically (a temporary file renamed into place), a URL as one
@@ -414,7 +428,7 @@ def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -
             document = _json.loads(data)
         except ValueError as error:
             raise FormatError(f"not a manifest: invalid JSON: {error}") from None
-        top = _object(document, _TOP_KEYS, "the manifest")
+        top = _object(document, _TOP_KEYS, "the manifest", optional=_OPTIONAL_TOP_KEYS)
         if top["format"] != MANIFEST_FORMAT:
             raise FormatError(f"not a beton manifest: \"format\" is {_short(top['format'])}, expected "
                               f"{MANIFEST_FORMAT!r}")
@@ -428,7 +442,8 @@ def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -
         if listed != total:
             raise FormatError(f"the shards' sample counts add up to {listed}, the manifest's \"num_samples\" says "
                               f"{total}")
-        return Manifest(entries, tuple(fields), source=location)
+        tables = None if top.get("tables") is None else _tables_file(top["tables"], location, allow_outside, entries)
+        return Manifest(entries, tuple(fields), source=location, tables=tables)
 
 
 def _fields(value: Any) -> list[FieldSpec]:
@@ -518,13 +533,25 @@ def _plain_lines(text: str) -> bool:
         not text.endswith(("/", "\n")) and not any(pair in text for pair in _NOT_PLAIN_PAIRS)
 
 
-def _object(value: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
+def _tables_file(value: Any, location: str, allow_outside: bool, shards: Shards) -> TablesFile:
+    entry = _object(value, _TABLES_KEYS, "\"tables\"")
+    path = _text(entry["path"], "\"tables\": \"path\"")
+    resolved = resolve_listed_path(path, location, "the tables file", allow_outside=allow_outside)
+    if resolved in set(shards.locations):
+        raise FormatError(f"the tables file ({path!r}) is also listed as a shard")
+    digest = entry["sha256"]
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        raise FormatError(f"\"tables\": \"sha256\" must be 64 lowercase hexadecimal digits, got {_short(digest)}")
+    return TablesFile(resolved, digest)
+
+
+def _object(value: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise FormatError(f"{where} must be a JSON object, got {_short(value)}")
     missing = [key for key in keys if key not in value]
     if missing:
         raise FormatError(f"{where} lacks {', '.join(repr(key) for key in missing)}")
-    unknown = sorted(set(value) - set(keys))
+    unknown = sorted(set(value) - set(keys) - set(optional))
     if unknown:
         raise FormatError(f"{where} has unknown keys {', '.join(repr(key) for key in unknown[:5])} (expected "
                           f"{', '.join(keys)})")

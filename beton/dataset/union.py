@@ -55,16 +55,17 @@ import numpy as np
 
 from beton.errors import BetonError, FormatError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
-from beton.limits import ReadLimits
+from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.dataset.shard_tables import (FirstShard, ShardTables, check_payload_columns, read_small_tables,
-                                         records, tables_of_reader)
+from beton.dataset.shard_tables import (FirstShard, ShardTables, UnionTables, check_payload_columns,
+                                         read_local_tables, read_small_tables, records, tables_of_reader)
+from beton.dataset.tables_file import read_tables_file
 from beton.storage import format as fmt
 from beton.storage.digests import PageDigests
 from beton.storage.metadata import decode_metadata
 from beton.storage.page_source import LocalFile, PageSource
-from beton.storage.reader import Reader, TableNames
+from beton.storage.reader import Reader, TableNames, instantiate_fields
 from beton.storage.remote import RemoteOptions, RemotePageSource, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
 from beton.dataset.shards import Source, dataset_manifest, names_one_file
@@ -174,71 +175,86 @@ class ShardedDataset(TableNames):
         self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
                                     verify_content=verify_content)
         self._page_sources: list[ShardedPages] = []
-        with self.open_shard(0) as first_reader:
-            first_tables, first = tables_of_reader(first_reader)
-            self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
-            self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
-        tables = [first_tables, *_read_tables(self, first, manifest.content_checks(verify_content))]
+        self._content_checks = manifest.content_checks(verify_content)
+        #: shards whose tables came from the manifest's tables file and whose files are not yet compared with them
+        self._unchecked: np.ndarray | None = None
+        if manifest.tables is not None and not is_url(manifest.tables.location):
+            opened = read_tables_file(manifest, self._content_checks)
+            self.format = f"beton v{int(opened.header['version'])}"
+            self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
+                                     else max_image_pixels)
+            self.descriptors = opened.descriptors
+            with error_context(path=manifest.shards[0].location):
+                self.fields = instantiate_fields(self.descriptors, custom_fields)
+            tables, first = opened.tables, opened.first
+            self._unchecked = np.ones(len(manifest.shards), bool)
+        else:
+            with self.open_shard(0) as first_reader:
+                first_tables, first = tables_of_reader(first_reader)
+                self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
+                self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
+            tables = UnionTables.of([first_tables, *_read_tables(self, first, self._content_checks)])
+        self._first = first
         self._join(tables, first)
         self._check_records(tables, first)
         self._join_digests(tables)
-        self._metadata_json = first_tables.metadata_json
-        self._other_metadata = {number: table.metadata_json for number, table in enumerate(tables)
-                                if table.metadata_json != first_tables.metadata_json}
+        self._metadata_json = tables.metadata[0]
+        self._other_metadata = {number: raw for number, raw in enumerate(tables.metadata) if raw != tables.metadata[0]}
         for number, raw in self._other_metadata.items():
             with error_context(path=manifest.shards[number].location):
                 decode_metadata(raw)  # checked on open, as a Reader checks its own
 
-    def _join(self, tables: list[ShardTables], first: FirstShard) -> None:
-        shards, page_size = self.manifest.shards, tables[0].page_size
-        for number, table in enumerate(tables):
-            if table.page_size != page_size:
-                raise locate(ShardError(
-                    f"shard {number} has pages of {table.page_size} bytes, shard 0 ({shards[0].location}) of "
-                    f"{page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
-                    "one file of them with `beton merge --page-size`)"), path=shards[number].location)
+    def _join(self, tables: UnionTables, first: FirstShard) -> None:
+        shards, page_size = self.manifest.shards, int(tables.page_sizes[0])
+        for number in np.flatnonzero(tables.page_sizes != page_size)[:1].tolist():
+            raise locate(ShardError(
+                f"shard {number} has pages of {int(tables.page_sizes[number])} bytes, shard 0 ({shards[0].location}) "
+                f"of {page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
+                "one file of them with `beton merge --page-size`)"), path=shards[number].location)
         self.checksummed = True
         self.num_samples = self.manifest.num_samples
-        self.page_size, self.heap_offset = page_size, tables[0].heap_offset
-        counts = np.array([table.num_pages for table in tables], np.int64)
-        heap_offsets = np.array([table.heap_offset for table in tables], np.int64)
-        heap_sizes = np.array([table.heap_size for table in tables], np.int64)
+        self.page_size, self.heap_offset = page_size, int(tables.heap_offsets[0])
+        counts, heap_offsets, heap_sizes = tables.num_pages, tables.heap_offsets, tables.heap_sizes
+        self._heap_geometry = (heap_offsets, heap_sizes)  # each shard's own, which its file must still have
         self.first_page = _read_only(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         self.num_pages = int(self.first_page[-1])
         self.shifts = _read_only(self.heap_offset + self.first_page[:-1] * self.page_size - heap_offsets)
         self.heap_ends = _read_only(self.shifts + heap_offsets + heap_sizes)
-        self.file_sizes = _read_only(np.array([table.size for table in tables], np.int64))
-        self._identities = tuple(table.identity for table in tables)  # each local shard as its tables were read
-        shard_of_page = np.repeat(np.arange(len(tables)), counts)
+        self.file_sizes = _read_only(tables.sizes.copy())
+        # each local shard as its tables were read (None until then where they came from a tables file)
+        self._identities = list(tables.identities or [None] * len(shards))
+        shard_of_page = np.repeat(np.arange(len(shards)), counts)
         local_end = (np.arange(self.num_pages, dtype=np.int64) - self.first_page[shard_of_page] + 1) * self.page_size
         self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
                                     + self.shifts[shard_of_page])
         self.heap_size = int(self.page_ends[-1]) - self.heap_offset if self.num_pages else 0
-        self.data_table = records(b"".join(table.data for table in tables), first.data_dtype, (self.num_samples,))
-        allocation = records(b"".join(table.allocations for table in tables), fmt.ALLOCATION_DTYPE,
-                             (self.num_samples, first.num_payload_fields)).copy()
+        self.data_table = records(tables.data, first.data_dtype, (self.num_samples,))
+        allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE, (self.num_samples, first.num_payload_fields)).copy()
         samples = np.diff(self.manifest.bounds)
         allocation["offset"] += np.repeat(self.shifts, samples).astype(np.uint64)[:, None]
         self.allocation_table = _read_only(allocation)
 
-    def _check_records(self, tables: list[ShardTables], first: FirstShard) -> None:
+    def _check_records(self, tables: UnionTables, first: FirstShard) -> None:
         """Every field's records, checked once over the union (bounded by the largest shard's size); where that
         fails, each shard's alone as its Reader checks them, so that the error names the shard."""
         try:
             _check_records(self.fields, self.descriptors, self.data_table, self.allocation_table,
                            ReadLimits(self.max_image_pixels, max_payload_bytes=int(self.file_sizes.max())))
         except BetonError:
-            for number, table in enumerate(tables):
-                with error_context(path=self.manifest.shards[number].location):
-                    _check_records(self.fields, self.descriptors, table.data_table(first.data_dtype),
-                                   table.allocation_table(first.num_payload_fields),
-                                   ReadLimits(self.max_image_pixels, max_payload_bytes=table.size))
+            data = records(tables.data, first.data_dtype, (self.num_samples,))
+            allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE, (self.num_samples, first.num_payload_fields))
+            bounds = self.manifest.bounds.tolist()
+            for number, shard in enumerate(self.manifest.shards):
+                with error_context(path=shard.location):
+                    rows = slice(bounds[number], bounds[number + 1])
+                    _check_records(self.fields, self.descriptors, data[rows], allocation[rows],
+                                   ReadLimits(self.max_image_pixels, max_payload_bytes=int(tables.sizes[number])))
             raise
 
-    def _join_digests(self, tables: list[ShardTables]) -> None:
+    def _join_digests(self, tables: UnionTables) -> None:
         """The page digests of the shards whose content is checked, in the virtual page numbering (zeros for the
         others' pages); ``content_checked``: which shards those are."""
-        checked = np.array([table.page_digests is not None for table in tables], bool)
+        checked = np.array([digests is not None for digests in tables.page_digests], bool)
         self.content_checked = _read_only(checked)
         self.verify_content = bool(checked.any())
         self.page_digests: np.ndarray | None = None
@@ -246,7 +262,7 @@ class ShardedDataset(TableNames):
             digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
             for number in np.flatnonzero(checked).tolist():
                 digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
-                    tables[number].page_digests, np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+                    tables.page_digests[number], np.uint8).reshape(-1, fmt.DIGEST_SIZE)
             self.page_digests = _read_only(digests)
 
     # ---- the Reader's reading surface ---------------------------------------------------------------------
@@ -307,7 +323,17 @@ class ShardedDataset(TableNames):
         shard = self.manifest.shards[number]
         if self.remote_shards[number]:
             reader = self.open_shard(number)
+            try:
+                if self._unchecked is not None and self._unchecked[number]:
+                    self._check_against_tables_file(number, tables_of_reader(reader)[0])
+            except BaseException:
+                reader.close()
+                raise
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
+        if self._unchecked is not None and self._unchecked[number]:
+            tables = read_local_tables(self.manifest, number, self._first, self._content_checks)
+            self._check_against_tables_file(number, tables)
+            self._identities[number] = tables.identity
         try:
             return LocalFile.reopened(shard.location, int(self.file_sizes[number]),
                                       lambda header: header_digest(header) == shard.header_sha256,
@@ -322,6 +348,35 @@ class ShardedDataset(TableNames):
         except FormatError as error:
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
+
+    def _check_against_tables_file(self, number: int, tables: ShardTables) -> None:
+        """ShardError naming shard ``number`` unless ``tables`` (read from its file, checked) are the ones the
+        manifest's tables file gave for it; then it is not compared again."""
+        assert self._unchecked is not None and self.manifest.tables is not None
+        low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
+        first_page, end_page = (int(page) for page in self.first_page[number : number + 2])
+        heap_offsets, heap_sizes = self._heap_geometry
+        allocation = tables.allocation_table(self._first.num_payload_fields)
+        joined = self.allocation_table[low:high]
+        shift = int(self.shifts[number])
+        differences = {
+            "size": tables.size != int(self.file_sizes[number]),
+            "page geometry": (tables.num_pages, tables.page_size, tables.heap_offset, tables.heap_size) !=
+            (end_page - first_page, self.page_size, int(heap_offsets[number]), int(heap_sizes[number])),
+            "data table": tables.data != self.data_table[low:high].tobytes(),
+            "allocation table": not (np.array_equal(allocation["size"], joined["size"]) and np.array_equal(
+                allocation["offset"].astype(np.int64) + shift, joined["offset"].astype(np.int64))),
+            "file-level metadata": tables.metadata_json != self._other_metadata.get(number, self._metadata_json),
+            "page digests": bool(self.content_checked[number]) and self.page_digests is not None and
+            tables.page_digests != self.page_digests[first_page:end_page].tobytes(),
+        }
+        different = [what for what, differs in differences.items() if differs]
+        if different:
+            raise locate(ShardError(
+                f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
+                f"describes: its {', '.join(different)} differ (the shard or the tables file changed since "
+                "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
+        self._unchecked[number] = False
 
     def _missing(self, number: int, error: OSError) -> ShardNotFoundError:
         return locate(ShardNotFoundError(f"shard {number} of {len(self.manifest.shards)} is missing: {error}"),

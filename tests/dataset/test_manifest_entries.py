@@ -72,6 +72,7 @@ def with_shards(sandbox: dict, entries: list[dict], name: str) -> str:
     with open(sandbox["manifest"]) as file:
         document = json.load(file)
     document.update(shards=entries, num_samples=sum(entry["num_samples"] for entry in entries))
+    del document["tables"]  # it describes the sandbox's shards, not these
     path = os.path.join(sandbox["data"], name)
     with open(path, "w") as file:
         json.dump(document, file)
