@@ -75,7 +75,9 @@ class UnionTables:
     and ``page_digests`` (None where its content is not checked); the shards' data tables and allocation tables
     (each shard's own offsets) concatenated in order. ``identities``: each local shard's
     :func:`~beton.storage.page_source.file_identity` when its tables were read, or None (a URL, or a shard not yet
-    read: its tables came from a tables file)."""
+    read: its tables came from a tables file). ``table_offsets``: where a tables file says each shard's data and
+    allocation tables lie in it (int64, ``(shards, 2)``), which its file is compared at when first opened; None
+    where the tables were read from the shards."""
 
     sizes: np.ndarray
     num_pages: np.ndarray
@@ -87,6 +89,7 @@ class UnionTables:
     metadata: list[bytes]
     page_digests: list[bytes | None]
     identities: list[tuple[int, int, int] | None] | None = None
+    table_offsets: np.ndarray | None = None
 
     @classmethod
     def of(cls, tables: Sequence[ShardTables]) -> UnionTables:

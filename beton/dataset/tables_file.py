@@ -33,14 +33,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from beton.errors import BetonError, CorruptDataError, FormatError, ShardError, error_context, locate
+from beton.errors import CorruptDataError, FormatError, ShardError, error_context, locate
 from beton.fields import BytesField
 from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, TablesFile, field_specs
 from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
 from beton.storage import format as fmt
 from beton.storage.digests import NO_DIGESTS, digest
-from beton.storage.reader import FieldDescriptor, Reader, parse_field_table, read_digest_table, read_header, table_names
+from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
+                                  table_names)
 
 __all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "TablesRow", "write_tables_file",
            "read_tables_file", "OpenedTables"]
@@ -166,7 +167,9 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
                              headers["heap_size"].astype(np.int64), b"".join(blobs["data_table"]),
                              b"".join(blobs["allocation_table"]),
                              [bytes(raw) if version >= fmt.METADATA_VERSION else b"{}" for raw, version in
-                              zip(blobs["metadata"], headers["version"].tolist())], page_digests)
+                              zip(blobs["metadata"], headers["version"].tolist())], page_digests,
+                             table_offsets=np.stack([headers["data_table"]["offset"],
+                                                     headers["allocation_table"]["offset"]], axis=1).astype(np.int64))
         _check_allocations(manifest, tables, first)
         return OpenedTables(tables, header, descriptors, first)
 
@@ -174,41 +177,48 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
 def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[memoryview]], ok: np.ndarray,
                   verify_content: bool | None) -> list[bytes | None]:
     """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32
-    (a version-1 file's absent metadata stays empty), and in a version-3 file the digest table against the header's
-    content digest and, where content is checked, each table against its digest. Returns each shard's page
-    digests where its content is checked, else None."""
-    page_digests: list[bytes | None] = []
-    names = ("data_table", "allocation_table", "metadata")
-    crcs = {name: headers[name]["crc32"].tolist() for name in (*names, "digest_table")}
-    versions, pages = headers["version"].tolist(), headers["num_pages"].tolist()
-    rows = {name: position for position, name in enumerate(fmt.DIGESTED_TABLES)}
-    for number, version in enumerate(versions):
-        present = [name for name in names if name != "metadata" or version >= fmt.METADATA_VERSION]
-        if not ok[number] or any(zlib.crc32(blobs[name][number]) != crcs[name][number] for name in present) or \
-                (version < fmt.METADATA_VERSION and len(blobs["metadata"][number])):
-            ok[number] = False
-            page_digests.append(None)
-            continue
-        if version < fmt.DIGESTS_VERSION:
-            ok[number] = not len(blobs["digest_table"][number])
-            page_digests.append(None)
-            continue
-        table = blobs["digest_table"][number]
-        try:
-            if zlib.crc32(table) != crcs["digest_table"][number]:
-                raise CorruptDataError("checksum of the digest table does not match")
-            digests = read_digest_table(headers[number], np.frombuffer(table, np.uint8))
-        except BetonError:
-            ok[number] = False
-            page_digests.append(None)
-            continue
-        if verify_content is not False:
-            first_row = pages[number]
-            ok[number] = all(digest(blobs[name][number]) == digests[first_row + rows[name]].tobytes()
-                             for name in present)
-        page_digests.append(table[: pages[number] * fmt.DIGEST_SIZE].tobytes() if verify_content is not False
-                            else None)
-    return page_digests
+    (a version-1 file's absent metadata stays empty, a version 1 or 2 file's digest table too), and in a version-3
+    file the digest table against the header's content digest and, where content is checked, each table against
+    its digest. Every check runs over all shards at once (a hash per table and shard, compared as arrays). Returns
+    each shard's page digests where its content is checked, else None."""
+    version = headers["version"]
+    with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
+    lengths = {name: np.array([len(blob) for blob in blobs[name]], np.int64) for name in ("metadata", "digest_table")}
+    ok &= with_metadata | (lengths["metadata"] == 0)
+    ok &= with_digests | (lengths["digest_table"] == 0)
+    everywhere = np.ones(len(headers), bool)
+    for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
+                          ("digest_table", with_digests)):
+        crcs = np.array([zlib.crc32(blob) for blob in blobs[name]], np.uint32)
+        ok &= ~present | (crcs == headers[name]["crc32"])
+    checked = ok & with_digests
+    if not checked.any():
+        return [None] * len(headers)
+    numbers = np.flatnonzero(checked)
+    tables = [blobs["digest_table"][number] for number in numbers.tolist()]
+    header_bytes = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
+    ok[numbers] &= (_digests(tables) == header_bytes[numbers, CONTENT_DIGEST_SLICE]).all(axis=1)
+    if verify_content is False:
+        return [None] * len(headers)
+    rows = np.frombuffer(b"".join(tables), np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+    # shard k's digest table is num_pages + len(DIGESTED_TABLES) rows; the tables' rows follow its pages'
+    first_rows = np.concatenate([[0], np.cumsum(headers["num_pages"][numbers].astype(np.int64) +
+                                                len(fmt.DIGESTED_TABLES))])[:-1]
+    for position, name in enumerate(fmt.DIGESTED_TABLES):
+        if name in ("field_table", "page_checksums"):
+            continue  # the field table is the first shard's (its CRC32 checked); the page checksums are not used
+        expected = rows[first_rows + headers["num_pages"][numbers].astype(np.int64) + position]
+        present = with_metadata[numbers] if name == "metadata" else np.ones(len(numbers), bool)
+        ok[numbers] &= ~present | (_digests([blobs[name][number] for number in numbers.tolist()]) ==
+                                   expected).all(axis=1)
+    pages = headers["num_pages"].tolist()
+    return [bytes(blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE]) if checked[number] and ok[number]
+            else None for number in range(len(headers))]
+
+
+def _digests(blobs: list[memoryview]) -> np.ndarray:
+    """The digest of each blob, as a ``(len(blobs), DIGEST_SIZE)`` uint8 array."""
+    return np.frombuffer(b"".join([digest(blob) for blob in blobs]), np.uint8).reshape(len(blobs), fmt.DIGEST_SIZE)
 
 
 def _check_allocations(manifest: Manifest, tables: UnionTables, first: FirstShard) -> None:

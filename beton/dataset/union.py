@@ -58,8 +58,8 @@ from beton.fields.base import Field
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.dataset.shard_tables import (FirstShard, ShardTables, UnionTables, check_payload_columns,
-                                         read_local_tables, read_small_tables, records, tables_of_reader)
+from beton.dataset.shard_tables import (FirstShard, ShardTables, UnionTables, check_payload_columns, read_small_tables,
+                                         records, tables_of_reader)
 from beton.dataset.tables_file import read_tables_file
 from beton.storage import format as fmt
 from beton.storage.digests import PageDigests
@@ -169,7 +169,11 @@ class ShardedDataset(TableNames):
         self.manifest = manifest
         self.path = description or _describe(manifest, manifest)
         self.max_open_shards = max_open_shards
-        self.remote_shards = _read_only(np.array([is_url(shard.location) for shard in manifest.shards], bool))
+        locations = manifest.shards.locations
+        # a URL has "://" or "::" (is_url): where no location has either, none is a URL, for one search
+        maybe_urls = any(mark in "\n".join(locations) for mark in ("://", "::"))
+        self.remote_shards = _read_only(np.array([is_url(location) for location in locations] if maybe_urls else
+                                                 np.zeros(len(locations)), bool))
         self._remote = _shared_budget(remote if remote is not None else manifest.remote,
                                       int(self.remote_shards.sum()), max_open_shards)
         self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
@@ -223,6 +227,7 @@ class ShardedDataset(TableNames):
         self.file_sizes = _read_only(tables.sizes.copy())
         # each local shard as its tables were read (None until then where they came from a tables file)
         self._identities = list(tables.identities or [None] * len(shards))
+        self._tables_offsets = tables.table_offsets
         shard_of_page = np.repeat(np.arange(len(shards)), counts)
         local_end = (np.arange(self.num_pages, dtype=np.int64) - self.first_page[shard_of_page] + 1) * self.page_size
         self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
@@ -258,7 +263,10 @@ class ShardedDataset(TableNames):
         self.content_checked = _read_only(checked)
         self.verify_content = bool(checked.any())
         self.page_digests: np.ndarray | None = None
-        if self.verify_content:
+        if checked.all():
+            self.page_digests = _read_only(np.frombuffer(b"".join(tables.page_digests), np.uint8)  # type: ignore[arg-type]
+                                           .reshape(self.num_pages, fmt.DIGEST_SIZE))
+        elif self.verify_content:
             digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
             for number in np.flatnonzero(checked).tolist():
                 digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
@@ -325,19 +333,16 @@ class ShardedDataset(TableNames):
             reader = self.open_shard(number)
             try:
                 if self._unchecked is not None and self._unchecked[number]:
-                    self._check_against_tables_file(number, tables_of_reader(reader)[0])
+                    tables = tables_of_reader(reader)[0]
+                    self._check_against_tables_file(number, tables.data, tables.allocations)
             except BaseException:
                 reader.close()
                 raise
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
-        if self._unchecked is not None and self._unchecked[number]:
-            tables = read_local_tables(self.manifest, number, self._first, self._content_checks)
-            self._check_against_tables_file(number, tables)
-            self._identities[number] = tables.identity
         try:
-            return LocalFile.reopened(shard.location, int(self.file_sizes[number]),
-                                      lambda header: header_digest(header) == shard.header_sha256,
-                                      self._identities[number])
+            source = LocalFile.reopened(shard.location, int(self.file_sizes[number]),
+                                        lambda header: header_digest(header) == shard.header_sha256,
+                                        self._identities[number])
         except FileNotFoundError as error:
             raise self._missing(number, error) from None
         except OSError as error:  # a file this user may no longer read, ...
@@ -348,33 +353,46 @@ class ShardedDataset(TableNames):
         except FormatError as error:
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
+        if self._unchecked is not None and self._unchecked[number]:
+            try:
+                self._check_local_against_tables_file(number, source)
+            except BaseException:
+                source.close()
+                raise
+        return source
 
-    def _check_against_tables_file(self, number: int, tables: ShardTables) -> None:
-        """ShardError naming shard ``number`` unless ``tables`` (read from its file, checked) are the ones the
-        manifest's tables file gave for it; then it is not compared again."""
+    def _check_local_against_tables_file(self, number: int, source: LocalFile) -> None:
+        """Compare local shard ``number``, just opened (its size and header's SHA-256 are the manifest's), with the
+        tables file: its data and allocation tables, read where its header (in the tables file) says they lie.
+        Then it is the file it was, unmodified, when it is opened again (its identity recorded now)."""
+        assert self._tables_offsets is not None
+        low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
+        data_offset, allocation_offset = (int(offset) for offset in self._tables_offsets[number])
+        data = os.pread(source.fd, (high - low) * self.data_table.dtype.itemsize, data_offset)
+        allocations = os.pread(source.fd, (high - low) * self.allocation_table.shape[1] *
+                               fmt.ALLOCATION_DTYPE.itemsize, allocation_offset)
+        self._check_against_tables_file(number, data, allocations)
+        self._identities[number] = source.identity
+
+    def _check_against_tables_file(self, number: int, data: bytes, allocations: bytes) -> None:
+        """ShardError naming shard ``number`` unless its data and allocation tables (``data``, ``allocations``: as
+        its file stores them) are the ones the manifest's tables file gave for it; then it is not compared again.
+        (The tables file's tables were checked against the shard's header on opening, and its header is the
+        manifest's: this catches a file whose tables differ from what its header says.)"""
         assert self._unchecked is not None and self.manifest.tables is not None
         low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
-        first_page, end_page = (int(page) for page in self.first_page[number : number + 2])
-        heap_offsets, heap_sizes = self._heap_geometry
-        allocation = tables.allocation_table(self._first.num_payload_fields)
         joined = self.allocation_table[low:high]
-        shift = int(self.shifts[number])
-        differences = {
-            "size": tables.size != int(self.file_sizes[number]),
-            "page geometry": (tables.num_pages, tables.page_size, tables.heap_offset, tables.heap_size) !=
-            (end_page - first_page, self.page_size, int(heap_offsets[number]), int(heap_sizes[number])),
-            "data table": tables.data != self.data_table[low:high].tobytes(),
-            "allocation table": not (np.array_equal(allocation["size"], joined["size"]) and np.array_equal(
-                allocation["offset"].astype(np.int64) + shift, joined["offset"].astype(np.int64))),
-            "file-level metadata": tables.metadata_json != self._other_metadata.get(number, self._metadata_json),
-            "page digests": bool(self.content_checked[number]) and self.page_digests is not None and
-            tables.page_digests != self.page_digests[first_page:end_page].tobytes(),
-        }
-        different = [what for what, differs in differences.items() if differs]
+        stored = records(allocations, fmt.ALLOCATION_DTYPE, joined.shape) if len(allocations) == joined.nbytes \
+            else None
+        different = [what for what, differs in (
+            ("data table", data != self.data_table[low:high].tobytes()),
+            ("allocation table", stored is None or not (np.array_equal(stored["size"], joined["size"]) and (
+                stored["offset"].astype(np.int64) + int(self.shifts[number]) == joined["offset"].astype(np.int64)
+            ).all()))) if differs]
         if different:
             raise locate(ShardError(
                 f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
-                f"describes: its {', '.join(different)} differ (the shard or the tables file changed since "
+                f"describes: its {' and '.join(different)} differ (the shard or the tables file changed since "
                 "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
         self._unchecked[number] = False
 
