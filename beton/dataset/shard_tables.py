@@ -168,6 +168,8 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
                 read_header(np.frombuffer(os.pread(descriptor, fmt.HEADER_SIZE, 0), np.uint8))  # says what is wrong
                 raise FormatError(f"file is {size} bytes; a beton file has at least {fmt.HEAP_OFFSET}")
             mapping = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+        except OSError as error:  # a directory opens, but neither reads nor maps
+            raise ShardError(f"shard {number} of {len(manifest.shards)} cannot be read: {error}") from None
         finally:
             os.close(descriptor)
         try:
@@ -272,6 +274,8 @@ def _read_small(location: str) -> tuple[bytes, tuple[int, int, int]] | None:
             return None
         content = os.pread(descriptor, size, 0)
         return (content, file_identity(status)) if len(content) == size else None
+    except OSError:  # a directory: read one by one, which says so
+        return None
     finally:
         os.close(descriptor)
 

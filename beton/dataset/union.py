@@ -473,10 +473,25 @@ class ShardedPages:
     @contextlib.contextmanager
     def opened(self, shard: int) -> Iterator[PageSource]:
         """Shard ``shard``'s page source, open (and the least recently used closed, where more than the limit are
-        open) and kept open while the block runs; the shard counts as read since the last check once it ends."""
+        open) and kept open while the block runs; the shard counts as read since the last check once it ends. A
+        shard is opened outside the lock (a URL's round trips, a first comparison with the tables file) and
+        published under it, so that reads and checks of the other shards do not wait for it."""
         with self._lock:
-            source = self._opened(shard)
-            self._pins[shard] += 1
+            self._raise_if_closed()
+            source = self._open.get(shard)
+            if source is not None:
+                self._open.move_to_end(shard)
+                self._pins[shard] += 1
+        if source is None:
+            fresh = self._dataset.open_pages(shard)
+            with self._lock:
+                try:
+                    source = self._published(shard, fresh)
+                except BaseException:
+                    if self._open.get(shard) is not fresh:  # not published (closed since, or opened twice)
+                        fresh.close()
+                    raise
+                self._pins[shard] += 1
         try:
             yield source
         finally:
@@ -495,15 +510,17 @@ class ShardedPages:
                 view = self._maps[shard].view
             yield view
 
-    def _opened(self, shard: int) -> PageSource:
-        """(With the lock held.) Open ``shard`` where it is not, then close the least recently used shards nobody
-        is reading beyond the limit; a shard closed whose pages were read since the last check is checked first.
-        A URL is opened with the lock held too: its round trips hold back only the checks of other shards."""
+    def _published(self, shard: int, fresh: PageSource) -> PageSource:
+        """(With the lock held.) ``fresh``, just opened, as shard ``shard``'s page source (or the one another
+        thread published meanwhile, ``fresh`` closed), told the epoch's reads of it; then the least recently used
+        shards nobody is reading are closed beyond the limit, each checked first where its pages were read since
+        the last check."""
         self._raise_if_closed()
         if shard in self._open:
+            fresh.close()
             self._open.move_to_end(shard)
             return self._open[shard]
-        source = self._open[shard] = self._dataset.open_pages(shard)
+        source = self._open[shard] = fresh
         plan = self._plans.get(shard)
         if plan is not None:
             source.fetch_ahead(plan[self._reads[shard] :])  # type: ignore[attr-defined]  (a RemotePageSource)
@@ -530,11 +547,24 @@ class ShardedPages:
             raise LoaderError(f"{self.description}: the Loader was closed")
 
     def check(self) -> None:
+        """Check every open shard read since the last check; each that fails stays to be checked again, and the
+        error raised (the first shard's) names the others that failed."""
         with self._lock:
             self._raise_if_closed()
-            shards, self._read_since_check = self._read_since_check, set()
-            for shard in sorted(shards):
-                self._open[shard].check()
+            failures: list[tuple[int, BaseException]] = []
+            for shard in sorted(self._read_since_check):
+                try:
+                    self._open[shard].check()
+                except BetonError as error:
+                    failures.append((shard, error))
+                else:
+                    self._read_since_check.discard(shard)
+        if failures:
+            shard, error = failures[0]
+            if len(failures) > 1:
+                locate(error, note=f"(shards {', '.join(str(number) for number, _ in failures[1:])} of "
+                                   f"{self.description} failed their checks too)")
+            raise error
 
     def check_path(self) -> None:
         with self._lock:

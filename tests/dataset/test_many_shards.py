@@ -25,7 +25,9 @@ import beton
 from beton import Loader, OrderOption
 from beton.dataset.manifest import Manifest, field_specs, header_digest
 from beton.storage.format import HEADER_DTYPE, HEAP_OFFSET
-from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset
+from beton.dataset import index
+from beton.dataset.shards import dataset_manifest
+from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset, open_page_source
 from beton.errors import BetonError, ShardError, ShardNotFoundError
 from beton.fields import IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache
@@ -247,3 +249,30 @@ def test_the_checks_of_many_shards_at_once_refuse_exactly_what_a_reader_refuses(
     alone = outcome(lambda: beton.Reader(copies[1], verify_content=verify_content))
     together = outcome(lambda: ShardedDataset(manifest, verify_content=verify_content))
     assert together == alone
+
+
+def test_a_failed_check_names_every_shard_that_failed_and_keeps_them_to_check_again(tmp_path):
+    whole, parts = make_shards(tmp_path, 4)
+    with ShardedDataset(dataset_manifest(parts)) as dataset:
+        pages = open_page_source(dataset)
+        for shard in (1, 2):  # read, then modified (their modification time): the next check must see both
+            pages.read_into(dataset.heap_offset + int(dataset.first_page[shard]) * dataset.page_size,
+                            np.empty(8, np.uint8), f"shard {shard}")
+            os.utime(parts[shard], ns=(1, 1))
+        for _ in range(2):
+            with pytest.raises(BetonError, match="modified") as raised:
+                pages.check()
+            assert raised.value.path == parts[1] and "shards 2 of" in " ".join(raised.value.__notes__)
+
+
+@pytest.mark.parametrize("tables_file", [False, True])
+def test_a_shard_that_cannot_be_read_is_a_shard_error_naming_it(tmp_path, tables_file):
+    whole, parts = make_shards(tmp_path, 3)
+    manifest = index(tmp_path / "dataset.json", parts) if tables_file else dataset_manifest(parts)
+    os.unlink(parts[1])
+    os.mkdir(parts[1])  # a directory where the shard was: it opens, but reading it fails
+    with pytest.raises(ShardError, match="shard 1") as raised:
+        with Loader(manifest, batch_size=2) as loader:
+            for _ in loader:
+                pass
+    assert raised.value.path == parts[1]
