@@ -135,8 +135,8 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
             columns = {name: reader.descriptors[name].payload_column for name in _BLOBS}
             allocation = np.array(reader.allocation_table)
             metadata = reader.metadata
-        view = memoryview(content)
-        blobs = {name: [view[offset : offset + size] for offset, size in
+        # bytes, not memoryviews: 500,000 small views cost their allocation and the garbage collector's passes
+        blobs = {name: [content[offset : offset + size] for offset, size in
                         zip(allocation[:, column]["offset"].tolist(), allocation[:, column]["size"].tolist())]
                  for name, column in columns.items()}
         if any(len(raw) != fmt.HEADER_SIZE for raw in blobs["header"]):
@@ -152,11 +152,11 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
                 raise locate(ShardError(f"shard {number}: verify_content=True: " + NO_DIGESTS.format(
                     version=int(headers[number]["version"]))), path=manifest.shards.locations[number])
         sizes = file_ends(headers)
-        ok = headers_pass(manifest, range(len(headers)), [bytes(raw) for raw in blobs["header"]], headers, sizes,
+        ok = headers_pass(manifest, range(len(headers)), blobs["header"], headers, sizes,
                           first, verify_content)
         ok &= (headers["field_table"]["crc32"] == zlib.crc32(field_table)) & \
             (headers["field_table"]["size"] == len(field_table))
-        page_digests = _check_tables(headers, blobs, ok, verify_content)
+        page_digests = _check_tables(headers, blobs, field_table, ok, verify_content)
         for number in np.flatnonzero(~ok)[:1].tolist():
             raise locate(FormatError(
                 f"shard {number}: the tables file does not hold the tables its header names (the header the manifest "
@@ -166,7 +166,7 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
                              headers["page_size"].astype(np.int64), headers["heap_offset"].astype(np.int64),
                              headers["heap_size"].astype(np.int64), b"".join(blobs["data_table"]),
                              b"".join(blobs["allocation_table"]),
-                             [bytes(raw) if version >= fmt.METADATA_VERSION else b"{}" for raw, version in
+                             [raw if version >= fmt.METADATA_VERSION else b"{}" for raw, version in
                               zip(blobs["metadata"], headers["version"].tolist())], page_digests,
                              table_offsets=np.stack([headers["data_table"]["offset"],
                                                      headers["allocation_table"]["offset"]], axis=1).astype(np.int64))
@@ -174,7 +174,7 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
         return OpenedTables(tables, header, descriptors, first)
 
 
-def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[memoryview]], ok: np.ndarray,
+def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[bytes]], field_table: bytes, ok: np.ndarray,
                   verify_content: bool | None) -> list[bytes | None]:
     """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32
     (a version-1 file's absent metadata stays empty, a version 1 or 2 file's digest table too), and in a version-3
@@ -187,10 +187,13 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[memoryview]], ok
     ok &= with_metadata | (lengths["metadata"] == 0)
     ok &= with_digests | (lengths["digest_table"] == 0)
     everywhere = np.ones(len(headers), bool)
+    # where a shard's digests are checked they pin every table, its CRC32s add nothing
+    by_crc = ~with_digests if verify_content is not False else everywhere
     for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
                           ("digest_table", with_digests)):
-        crcs = np.array([zlib.crc32(blob) for blob in blobs[name]], np.uint32)
-        ok &= ~present | (crcs == headers[name]["crc32"])
+        numbers = np.flatnonzero(present & by_crc & ok)
+        crcs = np.array([zlib.crc32(blobs[name][number]) for number in numbers.tolist()], np.uint32)
+        ok[numbers] &= crcs == headers[name]["crc32"][numbers]
     checked = ok & with_digests
     if not checked.any():
         return [None] * len(headers)
@@ -205,20 +208,23 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[memoryview]], ok
     first_rows = np.concatenate([[0], np.cumsum(headers["num_pages"][numbers].astype(np.int64) +
                                                 len(fmt.DIGESTED_TABLES))])[:-1]
     for position, name in enumerate(fmt.DIGESTED_TABLES):
-        if name in ("field_table", "page_checksums"):
-            continue  # the field table is the first shard's (its CRC32 checked); the page checksums are not used
+        if name == "page_checksums":
+            continue  # not kept: the union does not read it
         expected = rows[first_rows + headers["num_pages"][numbers].astype(np.int64) + position]
+        if name == "field_table":  # every shard's is the first shard's
+            ok[numbers] &= (expected == np.frombuffer(digest(field_table), np.uint8)).all(axis=1)
+            continue
         present = with_metadata[numbers] if name == "metadata" else np.ones(len(numbers), bool)
         ok[numbers] &= ~present | (_digests([blobs[name][number] for number in numbers.tolist()]) ==
                                    expected).all(axis=1)
     pages = headers["num_pages"].tolist()
-    return [bytes(blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE]) if checked[number] and ok[number]
+    return [blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE] if checked[number] and ok[number]
             else None for number in range(len(headers))]
 
 
-def _digests(blobs: list[memoryview]) -> np.ndarray:
+def _digests(blobs: list[bytes]) -> np.ndarray:
     """The digest of each blob, as a ``(len(blobs), DIGEST_SIZE)`` uint8 array."""
-    return np.frombuffer(b"".join([digest(blob) for blob in blobs]), np.uint8).reshape(len(blobs), fmt.DIGEST_SIZE)
+    return np.frombuffer(b"".join(map(digest, blobs)), np.uint8).reshape(len(blobs), fmt.DIGEST_SIZE)
 
 
 def _check_allocations(manifest: Manifest, tables: UnionTables, first: FirstShard) -> None:

@@ -103,7 +103,7 @@ def content_digest(dataset: OpenedDataset) -> str:
     in format version 3 the digest of its digest table),
     or, for an FFCV file (no checksums), of its tables."""
     if isinstance(dataset, ShardedDataset):
-        parts = [shard.header_sha256 for shard in dataset.manifest.shards]
+        parts = list(dataset.manifest.shards.digests)
     elif dataset.checksummed:
         parts = [header_digest(dataset.header.tobytes())]
     else:
