@@ -118,7 +118,7 @@ def page_digests(dataset: OpenedDataset) -> PageDigests | None:
         return PageDigests.of(dataset)
     if dataset.page_digests is None:
         return None
-    return PageDigests([shard.location for shard in dataset.manifest.shards], dataset.page_digests,
+    return PageDigests(list(dataset.manifest.shards.locations), dataset.page_digests,
                        dataset.first_page, np.repeat(~dataset.content_checked, np.diff(dataset.first_page)))
 
 
