@@ -156,7 +156,8 @@ def main() -> None:
         plain = measure(without_tables, arguments.limit) if arguments.without_tables else None
         single = measure(merged, arguments.limit)
     for order in ORDERS:
-        if any(result[order]["sum of labels"] != single[order]["sum of labels"] for result in (shards, plain) if result):
+        if any(result[order]["sum of labels"] != single[order]["sum of labels"]
+               for result in (shards, plain) if result):
             raise SystemExit(f"{order}: the shards' labels differ from the merged file's")
     report = {
         "command": "python benchmarks/many_shards.py " + " ".join(sys.argv[1:]),

@@ -13,13 +13,19 @@ every page's and table's digest, so a changed byte anywhere changes the header, 
 (older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
+     "tables": {"path": "train.tables", "sha256": "41d0..."},
      "fields": [{"name": "image", "type": "beton.RGBImageField", "arguments": {...},
                  "metadata_dtype": [["mode", "|u1"], ...], "payload": true}, ...],
      "shards": [{"path": "train-00000-of-00003.beton", "num_samples": 40, "header_sha256": "9f2c..."}, ...]}
 
+``tables`` (optional) names the manifest's tables file (:mod:`beton.dataset.tables_file`: every shard's header and
+tables in one file, so that a dataset opens without reading its shards) and pins it by its SHA-256.
+
 A manifest file is untrusted input, read with bounds: at most :data:`MAX_MANIFEST_BYTES`, JSON nesting at most
-:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above, counts that are integers in
-[0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
+:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above (``tables`` may be absent),
+counts that are integers in [0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
+A list of 100,000 plain entries (what ``beton index`` writes) is checked list by list, not entry by entry, by the
+same rules, and the shards are kept as columns (:class:`Shards`): reading it takes a fraction of a second.
 
 Shard paths in a manifest file (decided so that a manifest moves with its shards and names nothing but its shards;
 docs/shards.md, "What a manifest may name"):
@@ -60,7 +66,8 @@ from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher, import_fsspec
 
-__all__ = ["Manifest", "Shard", "Shards", "TablesFile", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
+__all__ = ["Manifest", "Shard", "Shards", "TablesFile", "FieldSpec", "read_manifest", "parse_manifest", "field_specs",
+           "fields_difference",
            "header_digest", "MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES"]
 
 MANIFEST_FORMAT = "beton-manifest"

@@ -36,8 +36,8 @@ from beton.storage.reader import (CONTENT_DIGEST_SLICE, DIGESTS_START, TABLES_WI
                                   check_table_digests, checks_content, read_digest_table, parse_field_table,
                                   read_header, table_names, typed_table)
 
-__all__ = ["ShardTables", "UnionTables", "FirstShard", "check_payload_columns", "read_local_tables", "read_small_tables",
-           "tables_of_reader", "records", "headers_pass", "file_ends", "SMALL_SHARD_BYTES"]
+__all__ = ["ShardTables", "UnionTables", "FirstShard", "check_payload_columns", "read_local_tables",
+           "read_small_tables", "tables_of_reader", "records", "headers_pass", "file_ends", "SMALL_SHARD_BYTES"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -23,9 +23,10 @@ first difference), a shard whose header's SHA-256 or sample count is not what it
 sizes differ (their pages would not line up in one address space; ``beton merge --page-size`` makes one file of
 them), FFCV files (no checksums). A shard that is not there is a :class:`~beton.errors.ShardNotFoundError`.
 
-No shard stays open: opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local
-shards read whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes
-it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
+No shard stays open. Opening a manifest file with a tables file (what ``beton index`` writes) reads that file
+instead of any shard (:mod:`beton.dataset.tables_file`), and each shard is compared with it when first opened;
+otherwise opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local shards read
+whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
 ``max_open_shards`` (:data:`DEFAULT_OPEN_SHARDS`), so descriptors, maps and fetch pools stay bounded whatever the
 shard count.
 
@@ -234,7 +235,8 @@ class ShardedDataset(TableNames):
                                     + self.shifts[shard_of_page])
         self.heap_size = int(self.page_ends[-1]) - self.heap_offset if self.num_pages else 0
         self.data_table = records(tables.data, first.data_dtype, (self.num_samples,))
-        allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE, (self.num_samples, first.num_payload_fields)).copy()
+        allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE,
+                             (self.num_samples, first.num_payload_fields)).copy()
         samples = np.diff(self.manifest.bounds)
         allocation["offset"] += np.repeat(self.shifts, samples).astype(np.uint64)[:, None]
         self.allocation_table = _read_only(allocation)
@@ -264,8 +266,8 @@ class ShardedDataset(TableNames):
         self.verify_content = bool(checked.any())
         self.page_digests: np.ndarray | None = None
         if checked.all():
-            self.page_digests = _read_only(np.frombuffer(b"".join(tables.page_digests), np.uint8)  # type: ignore[arg-type]
-                                           .reshape(self.num_pages, fmt.DIGEST_SIZE))
+            joined = b"".join(tables.page_digests)  # type: ignore[arg-type]  (every shard's are there)
+            self.page_digests = _read_only(np.frombuffer(joined, np.uint8).reshape(self.num_pages, fmt.DIGEST_SIZE))
         elif self.verify_content:
             digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
             for number in np.flatnonzero(checked).tolist():
@@ -381,14 +383,10 @@ class ShardedDataset(TableNames):
         manifest's: this catches a file whose tables differ from what its header says.)"""
         assert self._unchecked is not None and self.manifest.tables is not None
         low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
-        joined = self.allocation_table[low:high]
-        stored = records(allocations, fmt.ALLOCATION_DTYPE, joined.shape) if len(allocations) == joined.nbytes \
-            else None
-        different = [what for what, differs in (
-            ("data table", data != self.data_table[low:high].tobytes()),
-            ("allocation table", stored is None or not (np.array_equal(stored["size"], joined["size"]) and (
-                stored["offset"].astype(np.int64) + int(self.shifts[number]) == joined["offset"].astype(np.int64)
-            ).all()))) if differs]
+        stored = self.allocation_table[low:high].copy()  # as the shard stores it: its own offsets
+        stored["offset"] -= np.uint64(self.shifts[number])
+        different = [what for what, differs in (("data table", data != self.data_table[low:high].tobytes()),
+                                                ("allocation table", allocations != stored.tobytes())) if differs]
         if different:
             raise locate(ShardError(
                 f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "

@@ -24,15 +24,16 @@ from hypothesis import strategies as st
 import beton
 from beton import Loader, OrderOption
 from beton.dataset.manifest import Manifest, field_specs, header_digest
-from beton.storage.format import HEADER_DTYPE, HEAP_OFFSET
+from beton.storage.format import ALLOCATION_DTYPE, FIELD_RECORD_DTYPE, HEADER_DTYPE, HEAP_OFFSET
 from beton.dataset import index
 from beton.dataset.shards import dataset_manifest
 from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset, open_page_source
 from beton.errors import BetonError, ShardError, ShardNotFoundError
-from beton.fields import IntField, NDArrayField
+from beton.fields import BytesField, IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache
 
 from conftest import TESTS, write
+from forgery import resign_digests
 
 TEMPLATES = 47
 FIELDS = {"values": NDArrayField(np.dtype("<u2"), (4,)), "label": IntField()}
@@ -276,3 +277,60 @@ def test_a_shard_that_cannot_be_read_is_a_shard_error_naming_it(tmp_path, tables
             for _ in loader:
                 pass
     assert raised.value.path == parts[1]
+
+
+def test_a_shard_keeping_payloads_in_other_columns_than_the_first_is_refused(tmp_path):
+    # the same fields (names, types, arguments), written consistently in itself, but with the two payload columns
+    # swapped: joined column by column, one field's payloads would go to the other's decoder
+    fields = {"a": BytesField(), "b": BytesField()}
+    rows = [(b"a%d" % k, b"bb%d" % k) for k in range(3)]
+    first, second = (write(os.fspath(tmp_path / f"part-{k}.beton"), fields, rows) for k in range(2))
+    content = bytearray(open(second, "rb").read())
+    header = np.frombuffer(bytes(content[:HEAP_OFFSET]), HEADER_DTYPE, count=1)[0].copy()
+    records_at, table_at = int(header["field_table"]["offset"]), int(header["allocation_table"]["offset"])
+    records = np.frombuffer(bytes(content[records_at:]), FIELD_RECORD_DTYPE, count=2).copy()
+    records["payload_column"] = records["payload_column"][::-1]
+    content[records_at : records_at + records.nbytes] = records.tobytes()
+    table = np.frombuffer(bytes(content[table_at:]), ALLOCATION_DTYPE, count=2 * len(rows)).reshape(-1, 2)
+    content[table_at : table_at + table.nbytes] = table[:, ::-1].copy().tobytes()
+    for name in ("field_table", "allocation_table"):
+        start, size = int(header[name]["offset"]), int(header[name]["size"])
+        header[name]["crc32"] = zlib.crc32(bytes(content[start : start + size]))
+    del content[int(header["digest_table"]["offset"]) :]  # the last region: laid out again after the others
+    resign_digests(content, header)
+    header["header_crc32"] = zlib.crc32(header.tobytes()[:-4])
+    content[: header.nbytes] = header.tobytes()
+    with open(second, "wb") as file:
+        file.write(content)
+    with beton.Reader(second) as reader:  # a valid file on its own
+        assert reader[1] == (b"a1", b"bb1")
+    with pytest.raises(ShardError, match="other allocation-table columns") as raised:
+        Loader([first, second], batch_size=2)
+    assert raised.value.path == second
+
+
+@pytest.mark.parametrize("tables_file", [False, True])
+def test_a_shard_rewritten_in_place_while_closed_is_refused_when_reopened(tmp_path, tables_file):
+    # its pages checked against their digests before it was closed are not checked again when it is reopened
+    # (verify_content checks a page once): what makes that safe is that a reopened shard must be the very file,
+    # unmodified, that was read before (device, inode, modification time), or it is refused
+    whole, parts = make_shards(tmp_path, 3)
+    manifest = index(tmp_path / "dataset.json", parts) if tables_file else dataset_manifest(parts)
+    with ShardedDataset(manifest, max_open_shards=1, verify_content=True) as dataset:
+        pages = open_page_source(dataset)
+
+        def read(shard):
+            out = np.empty(8, np.uint8)
+            pages.read_into(dataset.heap_offset + int(dataset.first_page[shard]) * dataset.page_size, out, "a page")
+            return out
+
+        before = read(1)
+        read(2)  # shard 1 closed to make room
+        with open(parts[1], "r+b") as file:  # the same size and header, a payload byte changed
+            file.seek(HEAP_OFFSET)
+            file.write(bytes([before[0] ^ 1]))
+        status = os.stat(parts[1])
+        os.utime(parts[1], ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+        with pytest.raises(ShardError, match="shard 1") as raised:
+            read(1)
+        assert raised.value.path == parts[1]

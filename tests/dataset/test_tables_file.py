@@ -21,7 +21,7 @@ import beton
 from beton import Loader, OrderOption
 from beton.dataset import index
 from beton.dataset.union import ShardedDataset, open_dataset
-from beton.errors import BetonError, FormatError, ShardError, ShardNotFoundError
+from beton.errors import FormatError, ShardError, ShardNotFoundError
 from beton.fields import BytesField, IntField
 
 from conftest import write
