@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -135,11 +135,8 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
             columns = {name: reader.descriptors[name].payload_column for name in _BLOBS}
             allocation = np.array(reader.allocation_table)
             metadata = reader.metadata
-        # bytes, not memoryviews: 500,000 small views cost their allocation and the garbage collector's passes
-        blobs = {name: [content[offset : offset + size] for offset, size in
-                        zip(allocation[:, column]["offset"].tolist(), allocation[:, column]["size"].tolist())]
-                 for name, column in columns.items()}
-        if any(len(raw) != fmt.HEADER_SIZE for raw in blobs["header"]):
+        blobs = {name: _Column(content, allocation[:, column]) for name, column in columns.items()}
+        if (blobs["header"].sizes != fmt.HEADER_SIZE).any():
             raise FormatError(f"a shard's header in the tables file is not {fmt.HEADER_SIZE} bytes")
         headers = np.frombuffer(b"".join(blobs["header"]), fmt.HEADER_DTYPE)
         header, descriptors = _first_shard(manifest, headers[0], metadata)
@@ -174,7 +171,7 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedT
         return OpenedTables(tables, header, descriptors, first)
 
 
-def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[bytes]], field_table: bytes, ok: np.ndarray,
+def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table: bytes, ok: np.ndarray,
                   verify_content: bool | None) -> list[bytes | None]:
     """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32
     (a version-1 file's absent metadata stays empty, a version 1 or 2 file's digest table too), and in a version-3
@@ -183,9 +180,8 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[bytes]], field_t
     each shard's page digests where its content is checked, else None."""
     version = headers["version"]
     with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
-    lengths = {name: np.array([len(blob) for blob in blobs[name]], np.int64) for name in ("metadata", "digest_table")}
-    ok &= with_metadata | (lengths["metadata"] == 0)
-    ok &= with_digests | (lengths["digest_table"] == 0)
+    ok &= with_metadata | (blobs["metadata"].sizes == 0)
+    ok &= with_digests | (blobs["digest_table"].sizes == 0)
     everywhere = np.ones(len(headers), bool)
     # where a shard's digests are checked they pin every table, its CRC32s add nothing
     by_crc = ~with_digests if verify_content is not False else everywhere
@@ -220,6 +216,27 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, list[bytes]], field_t
     pages = headers["num_pages"].tolist()
     return [blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE] if checked[number] and ok[number]
             else None for number in range(len(headers))]
+
+
+class _Column:
+    """One field's payloads in a tables file (``content``), one per shard, each sliced out when asked for: a list
+    of them all would hold 100,000 small objects per field at once (in memory until the end, and in the garbage
+    collector's passes)."""
+
+    def __init__(self, content: bytes, allocation: np.ndarray) -> None:
+        self._content = content
+        self._offsets, self.sizes = allocation["offset"].tolist(), allocation["size"].astype(np.int64)
+        self._ends = (allocation["offset"] + allocation["size"]).tolist()
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, number: int) -> bytes:
+        return self._content[self._offsets[number] : self._ends[number]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        content = self._content
+        return (content[start:end] for start, end in zip(self._offsets, self._ends))
 
 
 def _digests(blobs: list[bytes]) -> np.ndarray:
