@@ -26,7 +26,8 @@ them), FFCV files (no checksums). A shard that is not there is a :class:`~beton.
 No shard stays open. Opening a manifest file with a tables file (what ``beton index`` writes) reads that file
 instead of any shard (:mod:`beton.dataset.tables_file`), and each shard is compared with it when first opened;
 otherwise opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local shards read
-whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
+whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes it.
+Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
 ``max_open_shards`` (:data:`DEFAULT_OPEN_SHARDS`), so descriptors, maps and fetch pools stay bounded whatever the
 shard count.
 
@@ -220,7 +221,6 @@ class ShardedDataset(TableNames):
         self.num_samples = self.manifest.num_samples
         self.page_size, self.heap_offset = page_size, int(tables.heap_offsets[0])
         counts, heap_offsets, heap_sizes = tables.num_pages, tables.heap_offsets, tables.heap_sizes
-        self._heap_geometry = (heap_offsets, heap_sizes)  # each shard's own, which its file must still have
         self.first_page = _read_only(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         self.num_pages = int(self.first_page[-1])
         self.shifts = _read_only(self.heap_offset + self.first_page[:-1] * self.page_size - heap_offsets)
