@@ -353,6 +353,11 @@ class ShardedDataset(TableNames):
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} cannot be read: {error}"),
                          path=shard.location) from None
         except FormatError as error:
+            if self._unchecked is not None and self._unchecked[number]:  # opened for the first time
+                raise locate(ShardError(
+                    f"shard {number} of {len(self.manifest.shards)} is not the file the manifest lists: its size or "
+                    "its header's SHA-256 is not the one the manifest and its tables file give (the file changed "
+                    "since `beton index` ran; run it again)"), path=shard.location) from None
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
         if self._unchecked is not None and self._unchecked[number]:

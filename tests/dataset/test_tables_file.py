@@ -160,7 +160,8 @@ def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, t
 def test_a_shard_replaced_after_indexing_is_refused_when_first_opened(dataset, tmp_path):
     parts, manifest, whole = dataset
     write(parts[2], FIELDS, samples(2, COUNTS[2], salt=9), page_size=256)  # same count, other samples
-    with Loader(manifest, batch_size=4) as loader, pytest.raises(ShardError, match="shard 2") as raised:
+    with Loader(manifest, batch_size=4) as loader, \
+            pytest.raises(ShardError, match="shard 2 of 5 is not the file the manifest lists") as raised:
         for _ in loader:  # opening read no shard: it cannot tell yet
             pass
     assert raised.value.path == parts[2]
