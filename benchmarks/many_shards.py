@@ -1,13 +1,15 @@
 """A dataset of very many tiny shards, read under the common descriptor limit, against one merged file.
 
-    python benchmarks/many_shards.py [--shards 100000] [--limit 1024] [--output benchmarks/results/many_shards.json]
+    python benchmarks/many_shards.py [--shards 100000] [--limit 1024] [--without-tables] [--output FILE.json]
 
 ``--shards`` files of 2 samples each (a 16-byte array and a label: per-shard costs dominate) are listed in a
 manifest file; one file holds the same samples in the same order. Shards are copies of 97 distinct files
 (writing 100,000 files costs minutes; copying them, seconds), and the manifest is made from their known header
-hashes rather than by ``beton index`` (which opens every shard fully). Each measurement runs in a fresh process
+hashes rather than by ``beton index`` (which opens every shard fully), and so is its tables file (what ``beton
+index`` writes beside it: every shard's header and tables in one file). Each measurement runs in a fresh process
 whose descriptor limit is lowered to ``--limit`` (as a login shell's default): the manifest's read and the
-dataset's opening (every shard's tables read and checked, no shard left open), one epoch of each order
+dataset's opening (the tables file read and checked; with ``--without-tables``, also a manifest without one, whose
+opening reads and checks every shard's tables; no shard left open), one epoch of each order
 (samples/s, the peak of open descriptors sampled every batch), and the process's peak RSS. The same epochs over
 the merged file give the ratio. The page cache is warm (the files were just written); the machine is shared
 (2 cores, other jobs running), so figures are indicative and the ratios matter more than the absolute values.
@@ -16,6 +18,7 @@ the merged file give the ratio. The page cache is warm (the files were just writ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -29,6 +32,7 @@ import numpy as np
 
 import beton
 from beton.dataset.manifest import Manifest, field_specs, header_digest
+from beton.dataset.tables_file import tables_file_name, tables_row, write_tables_file
 from beton.fields import IntField, NDArrayField
 from beton.storage.reader import read_head
 
@@ -53,14 +57,19 @@ class Samples:
         return np.arange(8, dtype="<u2") + label, label
 
 
-def build(directory: str, shards: int) -> tuple[str, str]:
-    """The shards and their manifest file, and the merged file. Returns (manifest path, merged path)."""
+def build(directory: str, shards: int) -> tuple[str, str, str]:
+    """The shards, their manifest file with its tables file and one without, and the merged file. Returns (manifest
+    path, manifest without tables file, merged path)."""
     options = {"num_workers": 0, "progress": False}
     templates = []
     for t in range(TEMPLATES):
         templates.append(os.path.join(directory, f"template-{t:03d}.beton"))
         beton.DatasetWriter(templates[-1], FIELDS, **options).from_indexed_dataset(Samples([t]))
     heads = [read_head(path) for path in templates]
+    rows = []
+    for path in templates:
+        with beton.Reader(path) as reader:
+            rows.append(tables_row(reader))
     entries = []
     for k in range(shards):
         folder = os.path.join(directory, "shards", f"{k // 1000:04d}")
@@ -69,12 +78,15 @@ def build(directory: str, shards: int) -> tuple[str, str]:
         path = os.path.join(folder, f"part-{k:06d}.beton")
         shutil.copyfile(templates[k % TEMPLATES], path)
         entries.append((path, SAMPLES_PER_SHARD, header_digest(heads[k % TEMPLATES].header)))
-    manifest_path = os.path.join(directory, "dataset.json")
-    Manifest.of(entries, field_specs(heads[0].descriptors)).write(manifest_path)
+    manifest_path, without_tables = os.path.join(directory, "dataset.json"), os.path.join(directory, "plain.json")
+    manifest = Manifest.of(entries, field_specs(heads[0].descriptors))
+    manifest.write(without_tables)
+    tables = write_tables_file(tables_file_name(manifest_path), [rows[k % TEMPLATES] for k in range(shards)])
+    dataclasses.replace(manifest, tables=tables).write(manifest_path)
     merged = os.path.join(directory, "merged.beton")
     beton.DatasetWriter(merged, FIELDS, **options).from_indexed_dataset(
         Samples([k % TEMPLATES for k in range(shards)]), chunksize=10_000)
-    return manifest_path, merged
+    return manifest_path, without_tables, merged
 
 
 MEASURE = """
@@ -133,15 +145,19 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=100_000)
     parser.add_argument("--limit", type=int, default=1024, help="the measuring processes' descriptor limit")
     parser.add_argument("--output", default=None)
+    parser.add_argument("--without-tables", action="store_true",
+                        help="also measure the manifest without its tables file (every shard's tables read on opening)")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="beton-many-shards-") as directory:
         start = time.perf_counter()
-        manifest, merged = build(directory, arguments.shards)
+        manifest, without_tables, merged = build(directory, arguments.shards)
         built = time.perf_counter() - start
         shards = measure(manifest, arguments.limit)
+        plain = measure(without_tables, arguments.limit) if arguments.without_tables else None
         single = measure(merged, arguments.limit)
     for order in ORDERS:
-        if shards[order]["sum of labels"] != single[order]["sum of labels"]:
+        if any(result[order]["sum of labels"] != single[order]["sum of labels"]
+               for result in (shards, plain) if result):
             raise SystemExit(f"{order}: the shards' labels differ from the merged file's")
     report = {
         "command": "python benchmarks/many_shards.py " + " ".join(sys.argv[1:]),
@@ -151,7 +167,8 @@ def main() -> None:
         "shards": arguments.shards, "samples": arguments.shards * SAMPLES_PER_SHARD,
         "descriptor limit": arguments.limit, "files built (s)": built,
         "default max open shards": beton.dataset.union.DEFAULT_OPEN_SHARDS,
-        "manifest of shards": shards, "one merged file": single,
+        "manifest of shards (with its tables file)": shards,
+        **({"manifest of shards without a tables file": plain} if plain else {}), "one merged file": single,
         "samples/s, shards / merged": {order: shards[order]["samples/s"] / single[order]["samples/s"]
                                        for order in ORDERS},
     }

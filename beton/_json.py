@@ -25,6 +25,9 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string, 
 _OPEN = np.zeros(256, np.int8)
 _OPEN[[ord("["), ord("{")]] = 1
 _OPEN[[ord("]"), ord("}")]] = -1
+_QUOTE = ord('"')
+#: bytes.translate table keeping brackets and quotes, every other byte made 0
+_KINDS = bytes(byte if byte in b'[]{}"' else 0 for byte in range(256))
 
 
 def nesting_depth(data: bytes) -> int:
@@ -32,8 +35,16 @@ def nesting_depth(data: bytes) -> int:
 
     On invalid JSON (an unterminated string) the result may be too high, never too low.
     """
-    stripped = _STRING.sub(b'""', data)
-    steps = _OPEN[np.frombuffer(stripped, np.uint8)]
+    if b"\\" in data:
+        steps = _OPEN[np.frombuffer(_STRING.sub(b'""', data), np.uint8)]
+    else:
+        # without escapes every '"' opens or closes a string: the brackets after an odd number of them lie inside
+        # one (in invalid JSON the parser stops at the first error, before the parity could mislead it). Only the
+        # brackets and quotes are looked at: a manifest of 100,000 shards is 15 MB of mostly names.
+        kinds = np.frombuffer(data.translate(_KINDS), np.uint8)
+        kinds = kinds[np.flatnonzero(kinds)]
+        steps = _OPEN[kinds]
+        steps[(np.cumsum(kinds == _QUOTE, dtype=np.int64) & 1).astype(bool)] = 0
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 

@@ -13,13 +13,19 @@ every page's and table's digest, so a changed byte anywhere changes the header, 
 (older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
+     "tables": {"path": "train.tables", "sha256": "41d0..."},
      "fields": [{"name": "image", "type": "beton.RGBImageField", "arguments": {...},
                  "metadata_dtype": [["mode", "|u1"], ...], "payload": true}, ...],
      "shards": [{"path": "train-00000-of-00003.beton", "num_samples": 40, "header_sha256": "9f2c..."}, ...]}
 
+``tables`` (optional) names the manifest's tables file (:mod:`beton.dataset.tables_file`: every shard's header and
+tables in one file, so that a dataset opens without reading its shards) and pins it by its SHA-256.
+
 A manifest file is untrusted input, read with bounds: at most :data:`MAX_MANIFEST_BYTES`, JSON nesting at most
-:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above, counts that are integers in
-[0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
+:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above (``tables`` may be absent),
+counts that are integers in [0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
+A list of 100,000 plain entries (what ``beton index`` writes) is checked list by list, not entry by entry, by the
+same rules, and the shards are kept as columns (:class:`Shards`): reading it takes a fraction of a second.
 
 Shard paths in a manifest file (decided so that a manifest moves with its shards and names nothing but its shards;
 docs/shards.md, "What a manifest may name"):
@@ -41,14 +47,15 @@ docs/shards.md, "What a manifest may name"):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
+import itertools
 import json
+import operator
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,7 +66,8 @@ from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher, import_fsspec
 
-__all__ = ["Manifest", "Shard", "FieldSpec", "read_manifest", "parse_manifest", "field_specs", "fields_difference",
+__all__ = ["Manifest", "Shard", "Shards", "TablesFile", "FieldSpec", "read_manifest", "parse_manifest", "field_specs",
+           "fields_difference",
            "header_digest", "MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES"]
 
 MANIFEST_FORMAT = "beton-manifest"
@@ -75,10 +83,16 @@ _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _WRAPPING_PROTOCOLS = frozenset({"simplecache", "blockcache", "filecache", "cached", "tar", "zip", "libarchive",
                                  "reference", "dir", "jlab", "jupyter"})
 _TOP_KEYS = ("format", "version", "num_samples", "fields", "shards")
+_OPTIONAL_TOP_KEYS = ("tables",)
+_TABLES_KEYS = ("path", "sha256")
 _FIELD_KEYS = ("name", "type", "arguments", "metadata_dtype", "payload")
 _SHARD_KEYS = ("path", "num_samples", "header_sha256")
+_SHARD_KEY_SET = frozenset(_SHARD_KEYS)
 #: A relative shard path of plain segments (letters, digits, '_', '-', '.', never first): nothing to decode or resolve.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*")
+_PLAIN_CHARACTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./\n"
+#: What plain paths one a line never hold: an empty segment or one that starts with '.'.
+_NOT_PLAIN_PAIRS = ("//", "/.", "\n\n", "\n/", "/\n", "\n.")
 
 
 # ---- fields --------------------------------------------------------------------------------------------------
@@ -162,10 +176,10 @@ def header_digest(header: bytes) -> str:
 
 # ---- the manifest ---------------------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class Shard:
+class Shard(NamedTuple):
     """One file of a dataset: where it is (``location``: a path or URL, ready to open), its samples, the SHA-256
-    of its header, and the global indices ``[start, end)`` of its samples."""
+    of its header, and the global indices ``[start, end)`` of its samples. (A named tuple: a manifest makes one
+    per shard, 100,000 of them in a fraction of what as many dataclasses cost.)"""
 
     location: str
     num_samples: int
@@ -177,6 +191,55 @@ class Shard:
         return self.start + self.num_samples
 
 
+class Shards(Sequence[Shard]):
+    """A manifest's shards in order, kept as columns (``locations``, ``digests``: tuples of strings; ``counts``,
+    ``starts``: read-only int64 arrays): a :class:`Shard` is made when one is asked for, so a manifest of 100,000
+    shards holds a few objects rather than 100,000 (which also cost the garbage collector a pass over each). A
+    sequence: indexing, slicing (a new Shards, its ranges starting at 0), ``len``, iteration, equality."""
+
+    def __init__(self, locations: Sequence[str], counts: Sequence[int], digests: Sequence[str]) -> None:
+        self.locations, self.digests = tuple(locations), tuple(digests)
+        self.counts = np.array(counts, np.int64).reshape(-1)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        if not len(self.locations) == len(self.counts) == len(self.digests):
+            raise ValueError("shards are listed with one location, count and digest each")
+        self.counts.flags.writeable = self.starts.flags.writeable = False
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return Shards(self.locations[index], self.counts[index], self.digests[index])
+        number = range(len(self.locations))[index]  # IndexError as a tuple's, negative from the end
+        return Shard(self.locations[number], int(self.counts[number]), self.digests[number],
+                     int(self.starts[number]))
+
+    def __iter__(self) -> Iterator[Shard]:
+        return map(Shard, self.locations, self.counts.tolist(), self.digests, self.starts.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Shards):
+            return (self.locations == other.locations and self.digests == other.digests
+                    and np.array_equal(self.counts, other.counts))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.locations, self.digests, self.counts.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"Shards({list(self)!r})" if len(self) <= 3 else f"Shards([{self[0]!r}, ... {len(self)} shards])"
+
+
+@dataclasses.dataclass(frozen=True)
+class TablesFile:
+    """Where a manifest's tables file lies (``location``, resolved as a shard's path is) and the SHA-256 (hex) of
+    its bytes, which the manifest pins (:mod:`beton.dataset.tables_file`)."""
+
+    location: str
+    sha256: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """The shards of one dataset in order, and their common fields. ``source`` is the manifest file it was read
@@ -185,32 +248,37 @@ class Manifest:
     not compared). Build one with :meth:`of`, :func:`read_manifest` or
     :func:`beton.dataset.shards.dataset_manifest`."""
 
-    shards: tuple[Shard, ...]
+    shards: Shards
     fields: tuple[FieldSpec, ...]
     source: str | None = None
     remote: RemoteOptions | None = dataclasses.field(default=None, compare=False, repr=False)
+    tables: TablesFile | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, Shards):  # Shard objects (their ranges follow from the counts)
+            shards = list(self.shards)
+            object.__setattr__(self, "shards", Shards([shard.location for shard in shards],
+                                                      [shard.num_samples for shard in shards],
+                                                      [shard.header_sha256 for shard in shards]))
+        object.__setattr__(self, "fields", tuple(self.fields))
 
     @classmethod
     def of(cls, entries: Iterable[tuple[str, int, str]], fields: Sequence[FieldSpec],
            source: str | None = None) -> Manifest:
         """A manifest from (location, num_samples, header SHA-256) per shard, in order: the global ranges follow
         from the counts."""
-        shards, start = [], 0
-        for location, count, digest in entries:
-            shards.append(Shard(location, int(count), digest, start))
-            start += int(count)
-        return cls(tuple(shards), tuple(fields), source)
+        entries = list(entries)
+        locations, counts, digests = zip(*entries) if entries else ((), (), ())
+        return cls(Shards(locations, [int(count) for count in counts], digests), tuple(fields), source)
 
     @property
     def num_samples(self) -> int:
-        return self.shards[-1].end if self.shards else 0
+        return int(self.shards.starts[-1])
 
-    @functools.cached_property
+    @property
     def bounds(self) -> np.ndarray:
         """int64 array of ``len(shards) + 1`` entries: shard k holds global samples ``bounds[k]..bounds[k+1]``."""
-        bounds = np.array([0] + [shard.end for shard in self.shards], np.int64)
-        bounds.flags.writeable = False
-        return bounds
+        return self.shards.starts
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(shard number, index within that shard) of each global sample index, as two int64 arrays of the
@@ -292,9 +360,11 @@ class Manifest:
         def lines(items: list[dict[str, Any]]) -> str:  # one field or shard per line: readable, diffable
             return "[\n  " + ",\n  ".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n ]"
 
-        head = json.dumps({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples})
+        head = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples}
+        if self.tables is not None:
+            head["tables"] = {"path": _listed_path(self.tables.location, location), "sha256": self.tables.sha256}
         fields = lines([field.to_json() for field in self.fields])
-        return f'{head[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
+        return f'{json.dumps(head)[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
 
     def write(self, location: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> None:
         """Write the manifest file: a local file atomically (a temporary file renamed into place), a URL as one
@@ -365,7 +435,7 @@ def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -
             document = _json.loads(data)
         except ValueError as error:
             raise FormatError(f"not a manifest: invalid JSON: {error}") from None
-        top = _object(document, _TOP_KEYS, "the manifest")
+        top = _object(document, _TOP_KEYS, "the manifest", optional=_OPTIONAL_TOP_KEYS)
         if top["format"] != MANIFEST_FORMAT:
             raise FormatError(f"not a beton manifest: \"format\" is {_short(top['format'])}, expected "
                               f"{MANIFEST_FORMAT!r}")
@@ -375,11 +445,12 @@ def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -
         fields = _fields(top["fields"])
         entries = _shards(top["shards"], location, allow_outside)
         total = _count(top["num_samples"], "\"num_samples\"")
-        listed = sum(count for _, count, _ in entries)
+        listed = int(entries.starts[-1])
         if listed != total:
             raise FormatError(f"the shards' sample counts add up to {listed}, the manifest's \"num_samples\" says "
                               f"{total}")
-        return Manifest.of(entries, fields, source=location)
+        tables = None if top.get("tables") is None else _tables_file(top["tables"], location, allow_outside, entries)
+        return Manifest(entries, tuple(fields), source=location, tables=tables)
 
 
 def _fields(value: Any) -> list[FieldSpec]:
@@ -408,9 +479,12 @@ def _fields(value: Any) -> list[FieldSpec]:
     return fields
 
 
-def _shards(value: Any, location: str, allow_outside: bool) -> list[tuple[str, int, str]]:
+def _shards(value: Any, location: str, allow_outside: bool) -> Shards:
     if not isinstance(value, list) or not value:
         raise FormatError(f"\"shards\" must be a non-empty list, got {_short(value)}")
+    plain = _plain_shards(value, location)
+    if plain is not None:
+        return plain
     entries, seen = [], {}
     for number, item in enumerate(value):
         where = f"shard {number}"
@@ -428,16 +502,63 @@ def _shards(value: Any, location: str, allow_outside: bool) -> list[tuple[str, i
         entries.append((resolved, count, digest))
     if sum(count for _, count, _ in entries) >= _MAX_COUNT:
         raise FormatError(f"the shards hold {sum(count for _, count, _ in entries)} samples, more than 2**63 - 1")
-    return entries
+    return Shards(*zip(*entries))
 
 
-def _object(value: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
+def _plain_shards(value: list[Any], location: str) -> Shards | None:
+    """The entries of a local manifest's shard list where every one is plain (exactly the three keys, a plain
+    relative path, a count, a digest: what ``beton index`` writes), checked list by list rather than entry by entry;
+    None where any is not, for :func:`_shards` to take each entry through every rule and name the first it
+    refuses. Only what those rules accept passes here: a plain path has no segment that climbs and no character
+    that decodes, escapes or names another store (:func:`resolve_listed_path`)."""
+    if is_url(location) or set(map(type, value)) != {dict} or \
+            not all(map(operator.eq, map(dict.keys, value), itertools.repeat(_SHARD_KEY_SET))):
+        return None
+    paths, counts, digests = (list(map(operator.itemgetter(key), value)) for key in _SHARD_KEYS)
+    if set(map(type, paths)) != {str} or set(map(type, counts)) != {int} or set(map(type, digests)) != {str}:
+        return None  # (a bool is not an int here)
+    if min(counts) < 0 or sum(counts) >= _MAX_COUNT or set(map(len, digests)) != {64} or \
+            not _only("".join(digests), b"0123456789abcdef") or not _plain_lines("\n".join(paths)):
+        return None
+    # normpath(join(directory, path)) for a path of plain segments: the directory normalised, then the path
+    prefix = os.path.normpath(os.path.join(os.path.dirname(location), "x"))[:-1]
+    resolved = [prefix + path for path in paths]
+    if len(set(resolved)) != len(resolved):
+        return None  # listed twice: named by the rules' own loop
+    return Shards(resolved, counts, digests)
+
+
+def _only(text: str, characters: bytes) -> bool:
+    """Whether ``text`` holds only ``characters`` (ASCII)."""
+    return text.isascii() and not text.encode("ascii").translate(None, characters)
+
+
+def _plain_lines(text: str) -> bool:
+    """Whether every line of ``text`` is a plain path (:data:`_PLAIN_PATH`), checked over the whole text at once:
+    only the plain characters, and no segment that is empty or starts with '.' (which also rules out '.' and '..')."""
+    return bool(text) and _only(text, _PLAIN_CHARACTERS) and not text.startswith(("/", ".", "\n")) and \
+        not text.endswith(("/", "\n")) and not any(pair in text for pair in _NOT_PLAIN_PAIRS)
+
+
+def _tables_file(value: Any, location: str, allow_outside: bool, shards: Shards) -> TablesFile:
+    entry = _object(value, _TABLES_KEYS, "\"tables\"")
+    path = _text(entry["path"], "\"tables\": \"path\"")
+    resolved = resolve_listed_path(path, location, "the tables file", allow_outside=allow_outside)
+    if resolved in set(shards.locations):
+        raise FormatError(f"the tables file ({path!r}) is also listed as a shard")
+    digest = entry["sha256"]
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        raise FormatError(f"\"tables\": \"sha256\" must be 64 lowercase hexadecimal digits, got {_short(digest)}")
+    return TablesFile(resolved, digest)
+
+
+def _object(value: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise FormatError(f"{where} must be a JSON object, got {_short(value)}")
     missing = [key for key in keys if key not in value]
     if missing:
         raise FormatError(f"{where} lacks {', '.join(repr(key) for key in missing)}")
-    unknown = sorted(set(value) - set(keys))
+    unknown = sorted(set(value) - set(keys) - set(optional))
     if unknown:
         raise FormatError(f"{where} has unknown keys {', '.join(repr(key) for key in unknown[:5])} (expected "
                           f"{', '.join(keys)})")

@@ -31,13 +31,13 @@ from beton.dataset.manifest import Manifest, field_specs
 from beton.storage import format as fmt
 from beton.storage.page_source import file_identity
 from beton.storage.remote import is_url
-from beton.storage.reader import (_CONTENT_DIGEST_SLICE, _DIGESTS_START, TABLES_WITH_DIGESTS, FieldDescriptor, Reader,
-                                  _check_allocations, _check_gaps_are_zero, _check_layout, _check_sample_count,
-                                  _check_table_digests, _checks_content, _digest_table, _parse_field_table,
-                                  _read_header, _table_names, _typed_table)
+from beton.storage.reader import (CONTENT_DIGEST_SLICE, DIGESTS_START, TABLES_WITH_DIGESTS, FieldDescriptor, Reader,
+                                  check_allocations, check_gaps_are_zero, check_layout, check_sample_count,
+                                  check_table_digests, checks_content, read_digest_table, parse_field_table,
+                                  read_header, table_names, typed_table)
 
-__all__ = ["ShardTables", "FirstShard", "check_payload_columns", "read_local_tables", "read_small_tables",
-           "tables_of_reader", "records", "SMALL_SHARD_BYTES"]
+__all__ = ["ShardTables", "UnionTables", "FirstShard", "check_payload_columns", "read_local_tables",
+           "read_small_tables", "tables_of_reader", "records", "headers_pass", "file_ends", "SMALL_SHARD_BYTES"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,6 +66,40 @@ class ShardTables:
 
     def allocation_table(self, columns: int) -> np.ndarray:
         return records(self.allocations, fmt.ALLOCATION_DTYPE, (self.num_samples, columns))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UnionTables:
+    """Every shard's tables, as columns (what a ShardedDataset joins): per shard its file's ``sizes``,
+    ``num_pages``, ``page_sizes``, ``heap_offsets`` and ``heap_sizes`` (int64 arrays), its file-level ``metadata``
+    and ``page_digests`` (None where its content is not checked); the shards' data tables and allocation tables
+    (each shard's own offsets) concatenated in order. ``identities``: each local shard's
+    :func:`~beton.storage.page_source.file_identity` when its tables were read, or None (a URL, or a shard not yet
+    read: its tables came from a tables file). ``table_offsets``: where a tables file says each shard's data and
+    allocation tables lie in it (int64, ``(shards, 2)``), which its file is compared at when first opened; None
+    where the tables were read from the shards."""
+
+    sizes: np.ndarray
+    num_pages: np.ndarray
+    page_sizes: np.ndarray
+    heap_offsets: np.ndarray
+    heap_sizes: np.ndarray
+    data: bytes
+    allocations: bytes
+    metadata: list[bytes]
+    page_digests: list[bytes | None]
+    identities: list[tuple[int, int, int] | None] | None = None
+    table_offsets: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, tables: Sequence[ShardTables]) -> UnionTables:
+        def column(name: str) -> np.ndarray:
+            return np.array([getattr(table, name) for table in tables], np.int64)
+
+        return cls(column("size"), column("num_pages"), column("page_size"), column("heap_offset"),
+                   column("heap_size"), b"".join(table.data for table in tables),
+                   b"".join(table.allocations for table in tables), [table.metadata_json for table in tables],
+                   [table.page_digests for table in tables], [table.identity for table in tables])
 
 
 def records(data: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -102,7 +136,7 @@ def check_payload_columns(manifest: Manifest, number: int, descriptors: Sequence
 def tables_of_reader(reader: Reader) -> tuple[ShardTables, FirstShard]:
     """The tables of an opened, validated Reader (a remote shard, or the first shard), copied out of its map, and
     its field table as the others are compared with it."""
-    blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in _table_names(reader.header)}
+    blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in table_names(reader.header)}
     # a local Reader keeps no descriptor: its file as it is now, which a single file's page source records too
     identity = None if is_url(reader.path) else file_identity(os.stat(reader.path))
     tables = ShardTables(len(reader.file_map), reader.num_samples, reader.num_pages, reader.page_size,
@@ -131,9 +165,11 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
             status = os.fstat(descriptor)
             size = status.st_size
             if size < fmt.HEAP_OFFSET:
-                _read_header(np.frombuffer(os.pread(descriptor, fmt.HEADER_SIZE, 0), np.uint8))  # says what is wrong
+                read_header(np.frombuffer(os.pread(descriptor, fmt.HEADER_SIZE, 0), np.uint8))  # says what is wrong
                 raise FormatError(f"file is {size} bytes; a beton file has at least {fmt.HEAP_OFFSET}")
             mapping = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+        except OSError as error:  # a directory opens, but neither reads nor maps
+            raise ShardError(f"shard {number} of {len(manifest.shards)} cannot be read: {error}") from None
         finally:
             os.close(descriptor)
         try:
@@ -148,12 +184,12 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
 
 def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstShard,
             verify_content: bool | None) -> ShardTables:
-    header = _read_header(file_map)
+    header = read_header(file_map)
     manifest.check_head(number, header.tobytes(), int(header["num_samples"]))
-    _check_layout(header, len(file_map))
-    _check_gaps_are_zero(file_map, header)
+    check_layout(header, len(file_map))
+    check_gaps_are_zero(file_map, header)
     tables = {}
-    for name in _table_names(header):
+    for name in table_names(header):
         tables[name] = blob = _region(file_map, header, name)
         if zlib.crc32(blob) != int(header[name]["crc32"]):
             raise CorruptDataError(f"checksum of the {name.replace('_', ' ')} does not match (offset "
@@ -161,23 +197,23 @@ def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstS
     counts = (int(header["num_fields"]), int(header["num_payload_fields"]))
     if tables["field_table"].tobytes() != first.field_table or counts != (first.num_fields, first.num_payload_fields):
         # written otherwise (or its header counts fields otherwise): parsed as a Reader parses it, same fields
-        descriptors = _parse_field_table(tables["field_table"], header)
+        descriptors = parse_field_table(tables["field_table"], header)
         manifest.check_fields(number, field_specs({d.name: d for d in descriptors}))
         check_payload_columns(manifest, number, descriptors, first)
     num_samples, num_columns = int(header["num_samples"]), int(header["num_payload_fields"])
-    _check_sample_count(num_samples, first.data_dtype.itemsize, num_columns, len(file_map))
-    data = _typed_table(tables["data_table"], first.data_dtype, (num_samples,), "data_table")
-    allocation = _typed_table(tables["allocation_table"], fmt.ALLOCATION_DTYPE, (num_samples, num_columns),
+    check_sample_count(num_samples, first.data_dtype.itemsize, num_columns, len(file_map))
+    data = typed_table(tables["data_table"], first.data_dtype, (num_samples,), "data_table")
+    allocation = typed_table(tables["allocation_table"], fmt.ALLOCATION_DTYPE, (num_samples, num_columns),
                               "allocation_table")
     num_pages = int(header["num_pages"])
-    _typed_table(tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (num_pages,), "page_checksums")
-    table_digests = _digest_table(header, tables["digest_table"]) if "digest_table" in tables else None
+    typed_table(tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (num_pages,), "page_checksums")
+    table_digests = read_digest_table(header, tables["digest_table"]) if "digest_table" in tables else None
     page_digests = None
-    if _checks_content(verify_content, header, table_digests is not None):
-        _check_table_digests(file_map, header, table_digests)
+    if checks_content(verify_content, header, table_digests is not None):
+        check_table_digests(file_map, header, table_digests)
         page_digests = table_digests[:num_pages].tobytes()
     heap_offset, heap_size = int(header["heap_offset"]), int(header["heap_size"])
-    _check_allocations(allocation, heap_offset, heap_size, lambda column: f"payload column {column}")
+    check_allocations(allocation, heap_offset, heap_size, lambda column: f"payload column {column}")
     metadata = tables["metadata"].tobytes() if "metadata" in tables else b"{}"
     return ShardTables(len(file_map), num_samples, num_pages, int(header["page_size"]), heap_offset, heap_size,
                        data.tobytes(), allocation.tobytes(), metadata, page_digests)
@@ -238,6 +274,8 @@ def _read_small(location: str) -> tuple[bytes, tuple[int, int, int]] | None:
             return None
         content = os.pread(descriptor, size, 0)
         return (content, file_identity(status)) if len(content) == size else None
+    except OSError:  # a directory: read one by one, which says so
+        return None
     finally:
         os.close(descriptor)
 
@@ -246,22 +284,35 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
                  first: FirstShard, verify_content: bool | None) -> np.ndarray:
     """Which shards pass every check of :func:`_tables`, run over all of them at once."""
     sizes = np.array([len(content) for content in contents], np.uint64)
+    ok = headers_pass(manifest, numbers, [content[: fmt.HEADER_SIZE] for content in contents], headers, sizes, first,
+                      verify_content)
+    _check_contents(contents, headers, ok, first, verify_content)
+    _check_allocations_together(contents, headers, ok, first)
+    return ok
+
+
+def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[bytes], headers: np.ndarray,
+                 sizes: np.ndarray, first: FirstShard, verify_content: bool | None) -> np.ndarray:
+    """Which of the shards ``numbers`` have a header (``raw_headers``, and parsed, ``headers``) that passes every
+    check of :func:`_tables` of a header alone, for files of ``sizes`` bytes: the manifest's SHA-256 and sample
+    count, magic, CRC32, version, the first shard's field counts, page geometry, regions in order and of the sizes
+    the counts make, the last ending where the file ends."""
     shards = manifest.shards
     ok = headers["magic"] == fmt.MAGIC
-    ok &= np.array([zlib.crc32(content[: fmt.HEADER_SIZE - 4]) for content in contents]) == headers["header_crc32"]
-    ok &= np.array([hashlib.sha256(content[: fmt.HEADER_SIZE]).hexdigest() == shards[number].header_sha256
-                    for content, number in zip(contents, numbers)])
+    ok &= np.array([zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) for raw in raw_headers]) == headers["header_crc32"]
+    ok &= np.array([hashlib.sha256(raw).hexdigest() == shards.digests[number]
+                    for raw, number in zip(raw_headers, numbers)])
     version = headers["version"]
     ok &= np.isin(version, fmt.SUPPORTED_VERSIONS) & (headers["header_size"] == fmt.HEADER_SIZE)
     metadata_ref = headers["metadata"]
     unused = (metadata_ref["offset"] == 0) & (metadata_ref["size"] == 0) & (metadata_ref["crc32"] == 0)
     ok &= (version != fmt.FORMAT_VERSION) | (unused & (metadata_ref["reserved"] == 0))
-    raw_headers = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
+    header_bytes = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
     with_digests = version >= fmt.DIGESTS_VERSION
-    ok &= with_digests | ~raw_headers[:, _DIGESTS_START : _CONTENT_DIGEST_SLICE.stop].any(axis=1)
+    ok &= with_digests | ~header_bytes[:, DIGESTS_START : CONTENT_DIGEST_SLICE.stop].any(axis=1)
     if verify_content:
         ok &= with_digests  # else refused, by read_local_tables
-    ok &= headers["num_samples"] == np.array([shards[number].num_samples for number in numbers], np.uint64)
+    ok &= headers["num_samples"] == shards.counts[list(numbers)].astype(np.uint64)
     ok &= (headers["num_fields"] == first.num_fields) & (headers["num_payload_fields"] == first.num_payload_fields)
     page_size, heap_size = headers["page_size"], headers["heap_size"]
     ok &= (page_size >= fmt.MIN_PAGE_SIZE) & (page_size <= fmt.MAX_PAGE_SIZE) & (page_size & (page_size - 1) == 0)
@@ -269,7 +320,7 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
     whole_pages = heap_size // np.maximum(page_size, 1)
     ok &= headers["num_pages"] == whole_pages + (heap_size - whole_pages * page_size > 0)
     # regions in file order, each after the one before, the last ending where the file ends
-    end = np.full(len(contents), fmt.HEAP_OFFSET, np.uint64)
+    end = np.full(len(headers), fmt.HEAP_OFFSET, np.uint64)
     for name in ("heap", *TABLES_WITH_DIGESTS):
         start = headers["heap_offset"] if name == "heap" else headers[name]["offset"]
         length = heap_size if name == "heap" else headers[name]["size"]
@@ -287,9 +338,16 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
     ok &= headers["page_checksums"]["size"] == headers["num_pages"] * np.uint64(fmt.PAGE_CHECKSUM_DTYPE.itemsize)
     digest_rows = headers["num_pages"] + np.uint64(len(fmt.DIGESTED_TABLES))
     ok &= ~with_digests | (headers["digest_table"]["size"] == digest_rows * np.uint64(fmt.DIGEST_SIZE))
-    _check_contents(contents, headers, ok, first, verify_content)
-    _check_allocations_together(contents, headers, ok, first)
     return ok
+
+
+def file_ends(headers: np.ndarray) -> np.ndarray:
+    """Where each file ends by its header (uint64): the end of its last region (its size, once
+    :func:`headers_pass` passes it)."""
+    end = headers["heap_offset"] + headers["heap_size"]
+    for name in TABLES_WITH_DIGESTS:
+        end = np.where(_present(name, headers["version"]), headers[name]["offset"] + headers[name]["size"], end)
+    return end
 
 
 def _present(name: str, version: np.ndarray) -> np.ndarray:
@@ -337,9 +395,9 @@ def _digests_pass(content: bytes, header: np.void, verify_content: bool | None) 
     reference = header["digest_table"]
     start = int(reference["offset"])
     try:
-        table_digests = _digest_table(header, file_map[start : start + int(reference["size"])])
+        table_digests = read_digest_table(header, file_map[start : start + int(reference["size"])])
         if verify_content is not False:
-            _check_table_digests(file_map, header, table_digests)
+            check_table_digests(file_map, header, table_digests)
     except BetonError:
         return False
     return True

@@ -31,6 +31,7 @@ from typing import Union
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
+from beton.dataset.tables_file import tables_file_name, tables_row, write_tables_file
 from beton.storage.reader import read_head
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import import_fsspec
@@ -183,10 +184,15 @@ def index(output: str | os.PathLike[str], source: Source, *, verify: bool = Fals
         raise ValueError(f"a manifest file's name ends in .json (that is how readers tell it from a beton file), "
                          f"got {output!r}")
     manifest = dataset_manifest(source, remote=remote)
+    rows = []
     for number, shard in enumerate(manifest.shards):
-        with manifest.open_shard(number, custom_fields=custom_fields) as reader, \
-                error_context(path=shard.location):
+        with manifest.open_shard(number, custom_fields=custom_fields) as reader, error_context(path=shard.location):
             if verify:
                 verify_reader(reader)
+            rows.append(tables_row(reader))
+    manifest.to_json(output)  # ValueError for a shard the manifest cannot list, before anything is written
+    # the tables file is written before the manifest that pins it (a URL's manifest gets none: see docs/shards.md)
+    tables = None if is_url(output) else write_tables_file(tables_file_name(output), rows)
+    manifest = dataclasses.replace(manifest, tables=tables)
     manifest.write(output)
     return dataclasses.replace(manifest, source=output)

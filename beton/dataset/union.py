@@ -23,9 +23,11 @@ first difference), a shard whose header's SHA-256 or sample count is not what it
 sizes differ (their pages would not line up in one address space; ``beton merge --page-size`` makes one file of
 them), FFCV files (no checksums). A shard that is not there is a :class:`~beton.errors.ShardNotFoundError`.
 
-No shard stays open: opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local
-shards read whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes
-it. Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
+No shard stays open. Opening a manifest file with a tables file (what ``beton index`` writes) reads that file
+instead of any shard (:mod:`beton.dataset.tables_file`), and each shard is compared with it when first opened;
+otherwise opening reads each shard's tables once (:mod:`beton.dataset.shard_tables`: small local shards read
+whole and checked together, others one by one; the first shard as a Reader, for its fields) and closes it.
+Pages are read through shards opened when an epoch reaches them and closed, least recently read first, beyond
 ``max_open_shards`` (:data:`DEFAULT_OPEN_SHARDS`), so descriptors, maps and fetch pools stay bounded whatever the
 shard count.
 
@@ -55,16 +57,17 @@ import numpy as np
 
 from beton.errors import BetonError, FormatError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
-from beton.limits import ReadLimits
+from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
-from beton.dataset.shard_tables import (FirstShard, ShardTables, check_payload_columns, read_small_tables,
+from beton.dataset.shard_tables import (FirstShard, ShardTables, UnionTables, check_payload_columns, read_small_tables,
                                          records, tables_of_reader)
+from beton.dataset.tables_file import read_tables_file
 from beton.storage import format as fmt
 from beton.storage.digests import PageDigests
 from beton.storage.metadata import decode_metadata
 from beton.storage.page_source import LocalFile, PageSource
-from beton.storage.reader import Reader, TableNames
+from beton.storage.reader import Reader, TableNames, instantiate_fields
 from beton.storage.remote import RemoteOptions, RemotePageSource, is_url, remote_or_default
 from beton.storage.remote.pages import expected_reads
 from beton.dataset.shards import Source, dataset_manifest, names_one_file
@@ -102,7 +105,7 @@ def content_digest(dataset: OpenedDataset) -> str:
     in format version 3 the digest of its digest table),
     or, for an FFCV file (no checksums), of its tables."""
     if isinstance(dataset, ShardedDataset):
-        parts = [shard.header_sha256 for shard in dataset.manifest.shards]
+        parts = list(dataset.manifest.shards.digests)
     elif dataset.checksummed:
         parts = [header_digest(dataset.header.tobytes())]
     else:
@@ -117,7 +120,7 @@ def page_digests(dataset: OpenedDataset) -> PageDigests | None:
         return PageDigests.of(dataset)
     if dataset.page_digests is None:
         return None
-    return PageDigests([shard.location for shard in dataset.manifest.shards], dataset.page_digests,
+    return PageDigests(list(dataset.manifest.shards.locations), dataset.page_digests,
                        dataset.first_page, np.repeat(~dataset.content_checked, np.diff(dataset.first_page)))
 
 
@@ -168,85 +171,108 @@ class ShardedDataset(TableNames):
         self.manifest = manifest
         self.path = description or _describe(manifest, manifest)
         self.max_open_shards = max_open_shards
-        self.remote_shards = _read_only(np.array([is_url(shard.location) for shard in manifest.shards], bool))
+        locations = manifest.shards.locations
+        # a URL has "://" or "::" (is_url): where no location has either, none is a URL, for one search
+        maybe_urls = any(mark in "\n".join(locations) for mark in ("://", "::"))
+        self.remote_shards = _read_only(np.array([is_url(location) for location in locations] if maybe_urls else
+                                                 np.zeros(len(locations)), bool))
         self._remote = _shared_budget(remote if remote is not None else manifest.remote,
                                       int(self.remote_shards.sum()), max_open_shards)
         self._reader_options = dict(custom_fields=custom_fields, max_image_pixels=max_image_pixels,
                                     verify_content=verify_content)
         self._page_sources: list[ShardedPages] = []
-        with self.open_shard(0) as first_reader:
-            first_tables, first = tables_of_reader(first_reader)
-            self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
-            self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
-        tables = [first_tables, *_read_tables(self, first, manifest.content_checks(verify_content))]
+        self._content_checks = manifest.content_checks(verify_content)
+        #: shards whose tables came from the manifest's tables file and whose files are not yet compared with them
+        self._unchecked: np.ndarray | None = None
+        if manifest.tables is not None and not is_url(manifest.tables.location):
+            opened = read_tables_file(manifest, self._content_checks)
+            self.format = f"beton v{int(opened.header['version'])}"
+            self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
+                                     else max_image_pixels)
+            self.descriptors = opened.descriptors
+            with error_context(path=manifest.shards[0].location):
+                self.fields = instantiate_fields(self.descriptors, custom_fields)
+            tables, first = opened.tables, opened.first
+            self._unchecked = np.ones(len(manifest.shards), bool)
+        else:
+            with self.open_shard(0) as first_reader:
+                first_tables, first = tables_of_reader(first_reader)
+                self.format, self.max_image_pixels = first_reader.format, first_reader.max_image_pixels
+                self.fields, self.descriptors = first_reader.fields, first_reader.descriptors
+            tables = UnionTables.of([first_tables, *_read_tables(self, first, self._content_checks)])
+        self._first = first
         self._join(tables, first)
         self._check_records(tables, first)
         self._join_digests(tables)
-        self._metadata_json = first_tables.metadata_json
-        self._other_metadata = {number: table.metadata_json for number, table in enumerate(tables)
-                                if table.metadata_json != first_tables.metadata_json}
+        self._metadata_json = tables.metadata[0]
+        self._other_metadata = {number: raw for number, raw in enumerate(tables.metadata) if raw != tables.metadata[0]}
         for number, raw in self._other_metadata.items():
             with error_context(path=manifest.shards[number].location):
                 decode_metadata(raw)  # checked on open, as a Reader checks its own
 
-    def _join(self, tables: list[ShardTables], first: FirstShard) -> None:
-        shards, page_size = self.manifest.shards, tables[0].page_size
-        for number, table in enumerate(tables):
-            if table.page_size != page_size:
-                raise locate(ShardError(
-                    f"shard {number} has pages of {table.page_size} bytes, shard 0 ({shards[0].location}) of "
-                    f"{page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
-                    "one file of them with `beton merge --page-size`)"), path=shards[number].location)
+    def _join(self, tables: UnionTables, first: FirstShard) -> None:
+        shards, page_size = self.manifest.shards, int(tables.page_sizes[0])
+        for number in np.flatnonzero(tables.page_sizes != page_size)[:1].tolist():
+            raise locate(ShardError(
+                f"shard {number} has pages of {int(tables.page_sizes[number])} bytes, shard 0 ({shards[0].location}) "
+                f"of {page_size}: the shards of one dataset share a page size (rewrite them with one, or make "
+                "one file of them with `beton merge --page-size`)"), path=shards[number].location)
         self.checksummed = True
         self.num_samples = self.manifest.num_samples
-        self.page_size, self.heap_offset = page_size, tables[0].heap_offset
-        counts = np.array([table.num_pages for table in tables], np.int64)
-        heap_offsets = np.array([table.heap_offset for table in tables], np.int64)
-        heap_sizes = np.array([table.heap_size for table in tables], np.int64)
+        self.page_size, self.heap_offset = page_size, int(tables.heap_offsets[0])
+        counts, heap_offsets, heap_sizes = tables.num_pages, tables.heap_offsets, tables.heap_sizes
         self.first_page = _read_only(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         self.num_pages = int(self.first_page[-1])
         self.shifts = _read_only(self.heap_offset + self.first_page[:-1] * self.page_size - heap_offsets)
         self.heap_ends = _read_only(self.shifts + heap_offsets + heap_sizes)
-        self.file_sizes = _read_only(np.array([table.size for table in tables], np.int64))
-        self._identities = tuple(table.identity for table in tables)  # each local shard as its tables were read
-        shard_of_page = np.repeat(np.arange(len(tables)), counts)
+        self.file_sizes = _read_only(tables.sizes.copy())
+        # each local shard as its tables were read (None until then where they came from a tables file)
+        self._identities = list(tables.identities or [None] * len(shards))
+        self._tables_offsets = tables.table_offsets
+        shard_of_page = np.repeat(np.arange(len(shards)), counts)
         local_end = (np.arange(self.num_pages, dtype=np.int64) - self.first_page[shard_of_page] + 1) * self.page_size
         self.page_ends = _read_only(heap_offsets[shard_of_page] + np.minimum(local_end, heap_sizes[shard_of_page])
                                     + self.shifts[shard_of_page])
         self.heap_size = int(self.page_ends[-1]) - self.heap_offset if self.num_pages else 0
-        self.data_table = records(b"".join(table.data for table in tables), first.data_dtype, (self.num_samples,))
-        allocation = records(b"".join(table.allocations for table in tables), fmt.ALLOCATION_DTYPE,
+        self.data_table = records(tables.data, first.data_dtype, (self.num_samples,))
+        allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE,
                              (self.num_samples, first.num_payload_fields)).copy()
         samples = np.diff(self.manifest.bounds)
         allocation["offset"] += np.repeat(self.shifts, samples).astype(np.uint64)[:, None]
         self.allocation_table = _read_only(allocation)
 
-    def _check_records(self, tables: list[ShardTables], first: FirstShard) -> None:
+    def _check_records(self, tables: UnionTables, first: FirstShard) -> None:
         """Every field's records, checked once over the union (bounded by the largest shard's size); where that
         fails, each shard's alone as its Reader checks them, so that the error names the shard."""
         try:
             _check_records(self.fields, self.descriptors, self.data_table, self.allocation_table,
                            ReadLimits(self.max_image_pixels, max_payload_bytes=int(self.file_sizes.max())))
         except BetonError:
-            for number, table in enumerate(tables):
-                with error_context(path=self.manifest.shards[number].location):
-                    _check_records(self.fields, self.descriptors, table.data_table(first.data_dtype),
-                                   table.allocation_table(first.num_payload_fields),
-                                   ReadLimits(self.max_image_pixels, max_payload_bytes=table.size))
+            data = records(tables.data, first.data_dtype, (self.num_samples,))
+            allocation = records(tables.allocations, fmt.ALLOCATION_DTYPE, (self.num_samples, first.num_payload_fields))
+            bounds = self.manifest.bounds.tolist()
+            for number, shard in enumerate(self.manifest.shards):
+                with error_context(path=shard.location):
+                    rows = slice(bounds[number], bounds[number + 1])
+                    _check_records(self.fields, self.descriptors, data[rows], allocation[rows],
+                                   ReadLimits(self.max_image_pixels, max_payload_bytes=int(tables.sizes[number])))
             raise
 
-    def _join_digests(self, tables: list[ShardTables]) -> None:
+    def _join_digests(self, tables: UnionTables) -> None:
         """The page digests of the shards whose content is checked, in the virtual page numbering (zeros for the
         others' pages); ``content_checked``: which shards those are."""
-        checked = np.array([table.page_digests is not None for table in tables], bool)
+        checked = np.array([digests is not None for digests in tables.page_digests], bool)
         self.content_checked = _read_only(checked)
         self.verify_content = bool(checked.any())
         self.page_digests: np.ndarray | None = None
-        if self.verify_content:
+        if checked.all():
+            joined = b"".join(tables.page_digests)  # type: ignore[arg-type]  (every shard's are there)
+            self.page_digests = _read_only(np.frombuffer(joined, np.uint8).reshape(self.num_pages, fmt.DIGEST_SIZE))
+        elif self.verify_content:
             digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
             for number in np.flatnonzero(checked).tolist():
                 digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
-                    tables[number].page_digests, np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+                    tables.page_digests[number], np.uint8).reshape(-1, fmt.DIGEST_SIZE)
             self.page_digests = _read_only(digests)
 
     # ---- the Reader's reading surface ---------------------------------------------------------------------
@@ -307,11 +333,18 @@ class ShardedDataset(TableNames):
         shard = self.manifest.shards[number]
         if self.remote_shards[number]:
             reader = self.open_shard(number)
+            try:
+                if self._unchecked is not None and self._unchecked[number]:
+                    tables = tables_of_reader(reader)[0]
+                    self._check_against_tables_file(number, tables.data, tables.allocations)
+            except BaseException:
+                reader.close()
+                raise
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
         try:
-            return LocalFile.reopened(shard.location, int(self.file_sizes[number]),
-                                      lambda header: header_digest(header) == shard.header_sha256,
-                                      self._identities[number])
+            source = LocalFile.reopened(shard.location, int(self.file_sizes[number]),
+                                        lambda header: header_digest(header) == shard.header_sha256,
+                                        self._identities[number])
         except FileNotFoundError as error:
             raise self._missing(number, error) from None
         except OSError as error:  # a file this user may no longer read, ...
@@ -320,8 +353,51 @@ class ShardedDataset(TableNames):
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} cannot be read: {error}"),
                          path=shard.location) from None
         except FormatError as error:
+            if self._unchecked is not None and self._unchecked[number]:  # opened for the first time
+                raise locate(ShardError(
+                    f"shard {number} of {len(self.manifest.shards)} is not the file the manifest lists: its size or "
+                    "its header's SHA-256 is not the one the manifest and its tables file give (the file changed "
+                    "since `beton index` ran; run it again)"), path=shard.location) from None
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
+        if self._unchecked is not None and self._unchecked[number]:
+            try:
+                self._check_local_against_tables_file(number, source)
+            except BaseException:
+                source.close()
+                raise
+        return source
+
+    def _check_local_against_tables_file(self, number: int, source: LocalFile) -> None:
+        """Compare local shard ``number``, just opened (its size and header's SHA-256 are the manifest's), with the
+        tables file: its data and allocation tables, read where its header (in the tables file) says they lie.
+        Then it is the file it was, unmodified, when it is opened again (its identity recorded now)."""
+        assert self._tables_offsets is not None
+        low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
+        data_offset, allocation_offset = (int(offset) for offset in self._tables_offsets[number])
+        data = os.pread(source.fd, (high - low) * self.data_table.dtype.itemsize, data_offset)
+        allocations = os.pread(source.fd, (high - low) * self.allocation_table.shape[1] *
+                               fmt.ALLOCATION_DTYPE.itemsize, allocation_offset)
+        self._check_against_tables_file(number, data, allocations)
+        self._identities[number] = source.identity
+
+    def _check_against_tables_file(self, number: int, data: bytes, allocations: bytes) -> None:
+        """ShardError naming shard ``number`` unless its data and allocation tables (``data``, ``allocations``: as
+        its file stores them) are the ones the manifest's tables file gave for it; then it is not compared again.
+        (The tables file's tables were checked against the shard's header on opening, and its header is the
+        manifest's: this catches a file whose tables differ from what its header says.)"""
+        assert self._unchecked is not None and self.manifest.tables is not None
+        low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
+        stored = self.allocation_table[low:high].copy()  # as the shard stores it: its own offsets
+        stored["offset"] -= np.uint64(self.shifts[number])
+        different = [what for what, differs in (("data table", data != self.data_table[low:high].tobytes()),
+                                                ("allocation table", allocations != stored.tobytes())) if differs]
+        if different:
+            raise locate(ShardError(
+                f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
+                f"describes: its {' and '.join(different)} differ (the shard or the tables file changed since "
+                "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
+        self._unchecked[number] = False
 
     def _missing(self, number: int, error: OSError) -> ShardNotFoundError:
         return locate(ShardNotFoundError(f"shard {number} of {len(self.manifest.shards)} is missing: {error}"),
@@ -400,10 +476,25 @@ class ShardedPages:
     @contextlib.contextmanager
     def opened(self, shard: int) -> Iterator[PageSource]:
         """Shard ``shard``'s page source, open (and the least recently used closed, where more than the limit are
-        open) and kept open while the block runs; the shard counts as read since the last check once it ends."""
+        open) and kept open while the block runs; the shard counts as read since the last check once it ends. A
+        shard is opened outside the lock (a URL's round trips, a first comparison with the tables file) and
+        published under it, so that reads and checks of the other shards do not wait for it."""
         with self._lock:
-            source = self._opened(shard)
-            self._pins[shard] += 1
+            self._raise_if_closed()
+            source = self._open.get(shard)
+            if source is not None:
+                self._open.move_to_end(shard)
+                self._pins[shard] += 1
+        if source is None:
+            fresh = self._dataset.open_pages(shard)
+            with self._lock:
+                try:
+                    source = self._published(shard, fresh)
+                except BaseException:
+                    if self._open.get(shard) is not fresh:  # not published (closed since, or opened twice)
+                        fresh.close()
+                    raise
+                self._pins[shard] += 1
         try:
             yield source
         finally:
@@ -422,15 +513,17 @@ class ShardedPages:
                 view = self._maps[shard].view
             yield view
 
-    def _opened(self, shard: int) -> PageSource:
-        """(With the lock held.) Open ``shard`` where it is not, then close the least recently used shards nobody
-        is reading beyond the limit; a shard closed whose pages were read since the last check is checked first.
-        A URL is opened with the lock held too: its round trips hold back only the checks of other shards."""
+    def _published(self, shard: int, fresh: PageSource) -> PageSource:
+        """(With the lock held.) ``fresh``, just opened, as shard ``shard``'s page source (or the one another
+        thread published meanwhile, ``fresh`` closed), told the epoch's reads of it; then the least recently used
+        shards nobody is reading are closed beyond the limit, each checked first where its pages were read since
+        the last check."""
         self._raise_if_closed()
         if shard in self._open:
+            fresh.close()
             self._open.move_to_end(shard)
             return self._open[shard]
-        source = self._open[shard] = self._dataset.open_pages(shard)
+        source = self._open[shard] = fresh
         plan = self._plans.get(shard)
         if plan is not None:
             source.fetch_ahead(plan[self._reads[shard] :])  # type: ignore[attr-defined]  (a RemotePageSource)
@@ -457,11 +550,24 @@ class ShardedPages:
             raise LoaderError(f"{self.description}: the Loader was closed")
 
     def check(self) -> None:
+        """Check every open shard read since the last check; each that fails stays to be checked again, and the
+        error raised (the first shard's) names the others that failed."""
         with self._lock:
             self._raise_if_closed()
-            shards, self._read_since_check = self._read_since_check, set()
-            for shard in sorted(shards):
-                self._open[shard].check()
+            failures: list[tuple[int, BaseException]] = []
+            for shard in sorted(self._read_since_check):
+                try:
+                    self._open[shard].check()
+                except BetonError as error:
+                    failures.append((shard, error))
+                else:
+                    self._read_since_check.discard(shard)
+        if failures:
+            shard, error = failures[0]
+            if len(failures) > 1:
+                locate(error, note=f"(shards {', '.join(str(number) for number, _ in failures[1:])} of "
+                                   f"{self.description} failed their checks too)")
+            raise error
 
     def check_path(self) -> None:
         with self._lock:

@@ -75,7 +75,7 @@ class LocalFile:
         while it was closed, which neither its size nor its header shows."""
         source = cls.__new__(cls)
         source._open(path, size, header_matches)
-        if identity is not None and (*source._identity, source._mtime) != identity:
+        if identity is not None and source.identity != identity:
             source.close()
             raise source._error("the file was replaced or modified since its tables were read")
         return source
@@ -85,8 +85,9 @@ class LocalFile:
         self.path = path
         self.fd = os.open(path, os.O_RDONLY)
         status = os.fstat(self.fd)
-        self._identity = (status.st_dev, status.st_ino)
-        self.size, self._mtime = status.st_size, status.st_mtime_ns
+        #: the opened file's :func:`file_identity`: what ``check`` and ``check_path`` compare with
+        self.identity = file_identity(status)
+        self.size = status.st_size
         # The path is opened again, so it may name another file than the one that was validated: the size
         # and the header (which holds every table's CRC32) must be those checked.
         if self.size != size or not header_matches(os.pread(self.fd, fmt.HEADER_SIZE, 0)):
@@ -100,7 +101,7 @@ class LocalFile:
         if status.st_size != self.size:
             raise self._error(f"the file changed while it was being read: it is now {status.st_size} bytes, it "
                               f"had {self.size} when the Loader opened it (truncated or rewritten)")
-        if status.st_mtime_ns != self._mtime:
+        if file_identity(status)[2] != self.identity[2]:
             raise self._error("the file was modified (its modification time changed) while it was being read")
 
     def check_path(self) -> None:
@@ -108,7 +109,7 @@ class LocalFile:
             status = os.stat(self.path)
         except FileNotFoundError:
             raise self._error("the file was removed while it was being read") from None
-        if (status.st_dev, status.st_ino) != self._identity:
+        if file_identity(status)[:2] != self.identity[:2]:
             raise self._error("the path names another file than the one the Loader opened (replaced while it "
                               "was being read): every batch so far came from the opened file; make a new Loader "
                               "to read the new one")

@@ -39,7 +39,12 @@ from beton.fields.base import Field, UnknownField
 from beton.fields.registry import FieldClasses, field_from_arguments, unregistered_reason
 from beton.storage.remote import RemoteFile, RemoteOptions, is_url, remote_or_default
 
-__all__ = ["Reader", "TableNames", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head"]
+__all__ = ["Reader", "TableNames", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head",
+           # the checks a Reader makes of a file's structure, each the one home of its rule and message, which the
+           # union's readers of many shards at once (beton.dataset.shard_tables, beton.dataset.tables_file) share
+           "read_header", "check_layout", "check_gaps_are_zero", "table_names", "parse_field_table", "typed_table",
+           "check_sample_count", "check_allocations", "read_digest_table", "checks_content", "check_table_digests",
+           "CONTENT_DIGEST_SLICE", "DIGESTS_START", "instantiate_fields"]
 
 TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
 #: Tables of a version-2 file: version 1's, then the metadata table.
@@ -168,7 +173,7 @@ class Reader(TableNames):
             raise FormatError(f"not a beton or FFCV file: it starts like an FFCV v{ffcv_format.FFCV_VERSION} file, "
                               f"but {problem}")
         else:
-            _read_header(self._map)  # raises: not a beton file
+            read_header(self._map)  # raises: not a beton file
 
     def _open_remote(self, custom_fields: Mapping[str, type[Field]] | None, options: RemoteOptions) -> None:
         """A URL: the validation of a local file, on bytes fetched by range. A header or table whose checksum does
@@ -197,46 +202,46 @@ class Reader(TableNames):
 
     def _open_beton(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         self.checksummed = True
-        self.header = _read_header(self._map)
+        self.header = read_header(self._map)
         self.format = f"beton v{int(self.header['version'])}"
         self.num_samples = int(self.header["num_samples"])
         self.page_size = int(self.header["page_size"])
         self.num_pages = int(self.header["num_pages"])
         self.heap_offset = int(self.header["heap_offset"])
         self.heap_size = int(self.header["heap_size"])
-        _check_layout(self.header, len(self._map))
-        _check_gaps_are_zero(self._map, self.header)
-        tables = {name: self._table_bytes(name) for name in _table_names(self.header)}
+        check_layout(self.header, len(self._map))
+        check_gaps_are_zero(self._map, self.header)
+        tables = {name: self._table_bytes(name) for name in table_names(self.header)}
         self._metadata_json = b"{}"
         if "metadata" in tables:
             decode_metadata(tables["metadata"])  # checked on open, like every other table (its size first)
             self._metadata_json = tables["metadata"].tobytes()
-        self.descriptors = {d.name: d for d in _parse_field_table(tables["field_table"], self.header)}
-        self.fields = _instantiate_fields(self.descriptors, custom_fields)
+        self.descriptors = {d.name: d for d in parse_field_table(tables["field_table"], self.header)}
+        self.fields = instantiate_fields(self.descriptors, custom_fields)
         num_columns = int(self.header["num_payload_fields"])
         data_dtype = self._data_dtype()
-        _check_sample_count(self.num_samples, data_dtype.itemsize, num_columns, len(self._map))
-        self.data_table = _typed_table(tables["data_table"], data_dtype, (self.num_samples,), "data_table")
-        self.allocation_table = _typed_table(
+        check_sample_count(self.num_samples, data_dtype.itemsize, num_columns, len(self._map))
+        self.data_table = typed_table(tables["data_table"], data_dtype, (self.num_samples,), "data_table")
+        self.allocation_table = typed_table(
             tables["allocation_table"], fmt.ALLOCATION_DTYPE, (self.num_samples, num_columns), "allocation_table"
         )
-        self.page_checksums = _typed_table(
+        self.page_checksums = typed_table(
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
         if "digest_table" in tables:
-            self.content_digest = self.header.tobytes()[_CONTENT_DIGEST_SLICE]
-            self._table_digests = _digest_table(self.header, tables["digest_table"])
+            self.content_digest = self.header.tobytes()[CONTENT_DIGEST_SLICE]
+            self._table_digests = read_digest_table(self.header, tables["digest_table"])
             self.page_digests = self._table_digests[: self.num_pages]
-        self.verify_content = _checks_content(self._verify_content, self.header, self.page_digests is not None)
+        self.verify_content = checks_content(self._verify_content, self.header, self.page_digests is not None)
         if self.verify_content:
             self.check_table_digests()
-        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
+        check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
 
     def check_table_digests(self) -> None:
         """CorruptDataError naming the first table whose bytes do not have their stored BLAKE2b-256 digest (a file
         with content digests; see :attr:`page_digests`)."""
-        _check_table_digests(self._map, self.header, self._table_digests)
+        check_table_digests(self._map, self.header, self._table_digests)
 
     def _open_ffcv(self) -> None:
         """A file written by FFCV (format version 2): read-only, no checksums to check."""
@@ -261,7 +266,7 @@ class Reader(TableNames):
         self.fields = dict(zip(tables.names, tables.fields))
         self.data_table, self.allocation_table = tables.data_table, tables.allocation_table
         self.page_checksums = np.zeros(0, fmt.PAGE_CHECKSUM_DTYPE)
-        _check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
+        check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
         self._check_records()
 
     def field_of_column(self, column: int) -> str:
@@ -414,14 +419,14 @@ def _head(path: str, file_map: np.ndarray) -> FileHead:
             and ffcv_format.structure_problem(file_map) is None:
         raise FormatError("an FFCV file carries no checksums, so it cannot be listed as a shard or merged: convert "
                           "it to a beton file first")
-    header = _read_header(file_map)
-    _check_layout(header, len(file_map))
+    header = read_header(file_map)
+    check_layout(header, len(file_map))
     ref = header["field_table"]
     offset, size = int(ref["offset"]), int(ref["size"])
     blob = file_map[offset : offset + size]
     if zlib.crc32(blob) != int(ref["crc32"]):
         raise CorruptDataError(f"checksum of the field table does not match (offset {offset})")
-    descriptors = {d.name: d for d in _parse_field_table(blob, header)}
+    descriptors = {d.name: d for d in parse_field_table(blob, header)}
     return FileHead(path, header.tobytes(), int(header["num_samples"]), int(header["page_size"]), descriptors)
 
 
@@ -438,7 +443,7 @@ def _check_index(index: int, num_samples: int) -> int:
 _NOT_BETON = f"not a beton file: its first bytes are not beton's magic number {fmt.MAGIC!r}"
 
 
-def _read_header(file_map: np.ndarray) -> np.void:
+def read_header(file_map: np.ndarray) -> np.void:
     # The magic first, and no byte of a file without it in the message (nor its size): a path from an untrusted
     # manifest or URL must not turn errors into a way to read or probe files that are not beton files.
     if bytes(file_map[: len(fmt.MAGIC)]) != fmt.MAGIC:
@@ -459,29 +464,29 @@ def _read_header(file_map: np.ndarray) -> np.void:
         raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
     if version == fmt.FORMAT_VERSION and header["metadata"].tobytes().strip(b"\0"):
         raise FormatError("a version-1 header has a metadata table reference (those bytes are reserved, zero)")
-    if version < fmt.DIGESTS_VERSION and raw[_DIGESTS_START:_CONTENT_DIGEST_SLICE.stop].strip(b"\0"):
+    if version < fmt.DIGESTS_VERSION and raw[DIGESTS_START:CONTENT_DIGEST_SLICE.stop].strip(b"\0"):
         raise FormatError(f"a version-{version} header has a digest table reference or content digest (those bytes "
                           "are reserved, zero)")
     return header
 
 
 #: Where the header holds its content digest, and where version 3's additions start.
-_CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
+CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
                               fmt.HEADER_DTYPE.fields["content_digest"][1] + fmt.DIGEST_SIZE)
-_DIGESTS_START = fmt.HEADER_DTYPE.fields["digest_table"][1]
+DIGESTS_START = fmt.HEADER_DTYPE.fields["digest_table"][1]
 
 
-def _digest_table(header: np.void, blob: np.ndarray) -> np.ndarray:
+def read_digest_table(header: np.void, blob: np.ndarray) -> np.ndarray:
     """A version-3 file's digest table (``blob``, its CRC32 checked) as a ``(num_pages + len(DIGESTED_TABLES),
     DIGEST_SIZE)`` uint8 array, checked against the header's content digest (one hash of a small table: opening
     always checks it). Shared with :mod:`beton.dataset.shard_tables`, which reads shards without a Reader."""
-    if digest(blob) != header.tobytes()[_CONTENT_DIGEST_SLICE]:
+    if digest(blob) != header.tobytes()[CONTENT_DIGEST_SLICE]:
         raise CorruptDataError("the digest table does not match the header's content digest")
-    return _typed_table(blob, np.dtype(np.uint8), (int(header["num_pages"]) + len(fmt.DIGESTED_TABLES),
+    return typed_table(blob, np.dtype(np.uint8), (int(header["num_pages"]) + len(fmt.DIGESTED_TABLES),
                                                     fmt.DIGEST_SIZE), "digest_table")
 
 
-def _checks_content(requested: bool | None, header: np.void, has_digests: bool) -> bool:
+def checks_content(requested: bool | None, header: np.void, has_digests: bool) -> bool:
     """Whether a file's content is checked against its digests, for ``verify_content=requested`` (True: required,
     FormatError for a file without them; None: where it has them; False: not)."""
     if requested and not has_digests:
@@ -489,9 +494,12 @@ def _checks_content(requested: bool | None, header: np.void, has_digests: bool) 
     return requested is not False and has_digests
 
 
-def _check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
+_checks_content = checks_content  # the name beton.memory.process_cache still imports
+
+
+def check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
     """CorruptDataError naming the first table of :data:`~beton.storage.format.DIGESTED_TABLES` whose bytes in
-    ``file_map`` do not have their digest in ``table_digests`` (a :func:`_digest_table`)."""
+    ``file_map`` do not have their digest in ``table_digests`` (a :func:`read_digest_table`)."""
     for name, expected in zip(fmt.DIGESTED_TABLES, table_digests[-len(fmt.DIGESTED_TABLES) :]):
         ref = header[name]
         offset, size = int(ref["offset"]), int(ref["size"])
@@ -500,7 +508,7 @@ def _check_table_digests(file_map: np.ndarray, header: np.void, table_digests: n
                                    f"{offset}): its bytes are not those the file was written with")
 
 
-def _table_names(header: np.void) -> tuple[str, ...]:
+def table_names(header: np.void) -> tuple[str, ...]:
     """The tables a file of this header's version has, in file order."""
     version = int(header["version"])
     if version >= fmt.DIGESTS_VERSION:
@@ -512,13 +520,13 @@ def _regions(header: np.void) -> list[tuple[str, int, int]]:
     """Every region after the header: (name, start, end), in file order."""
     heap_start = int(header["heap_offset"])
     regions = [("heap", heap_start, heap_start + int(header["heap_size"]))]
-    for name in _table_names(header):
+    for name in table_names(header):
         offset = int(header[name]["offset"])
         regions.append((name, offset, offset + int(header[name]["size"])))
     return regions
 
 
-def _check_layout(header: np.void, file_size: int) -> None:
+def check_layout(header: np.void, file_size: int) -> None:
     page_size = int(header["page_size"])
     if not fmt.is_valid_page_size(page_size):
         raise FormatError(f"page size {page_size} is not a power of two in [{fmt.MIN_PAGE_SIZE}, {fmt.MAX_PAGE_SIZE}]")
@@ -540,7 +548,7 @@ def _check_layout(header: np.void, file_size: int) -> None:
         raise FormatError(f"file is {file_size} bytes, the header says it ends at {previous_end}")
 
 
-def _check_gaps_are_zero(file_map: np.ndarray, header: np.void) -> None:
+def check_gaps_are_zero(file_map: np.ndarray, header: np.void) -> None:
     # Padding between regions carries no data; requiring zeros there means no byte of the file goes unchecked.
     previous_end = fmt.HEADER_SIZE
     for name, start, end in _regions(header):
@@ -552,7 +560,7 @@ def _check_gaps_are_zero(file_map: np.ndarray, header: np.void) -> None:
 _STRING_PARTS = ("type_name", "name", "arguments", "metadata_dtype")
 
 
-def _parse_field_table(blob: np.ndarray, header: np.void) -> list[FieldDescriptor]:
+def parse_field_table(blob: np.ndarray, header: np.void) -> list[FieldDescriptor]:
     num_fields, num_payload_fields = int(header["num_fields"]), int(header["num_payload_fields"])
     records_size = num_fields * fmt.FIELD_RECORD_DTYPE.itemsize
     if records_size > len(blob):
@@ -644,7 +652,7 @@ def _check_descriptors(descriptors: list[FieldDescriptor], num_payload_fields: i
         raise FormatError(f"payload columns {columns} do not match {num_payload_fields} payload fields")
 
 
-def _instantiate_fields(descriptors: Mapping[str, FieldDescriptor],
+def instantiate_fields(descriptors: Mapping[str, FieldDescriptor],
                         custom_fields: Mapping[str, type[Field]] | None) -> dict[str, Field]:
     classes = FieldClasses(BUILTIN_FIELDS, custom_fields)  # once per file, however many fields it names
     return {name: _instantiate_field(descriptor, classes) for name, descriptor in descriptors.items()}
@@ -668,7 +676,7 @@ def _instantiate_field(descriptor: FieldDescriptor, classes: FieldClasses) -> Fi
     return field
 
 
-def _check_sample_count(num_samples: int, record_size: int, num_columns: int, file_size: int) -> None:
+def check_sample_count(num_samples: int, record_size: int, num_columns: int, file_size: int) -> None:
     """Samples that store nothing (no metadata, no payload) cost no bytes of the file, so the table sizes do not
     bound their count; the file's size does, or the index arrays a Loader builds per sample could be anything."""
     if record_size == 0 and num_columns == 0 and num_samples > file_size:
@@ -676,7 +684,7 @@ def _check_sample_count(num_samples: int, record_size: int, num_columns: int, fi
                           f"holds at most {file_size}")
 
 
-def _typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
+def typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
     expected = math.prod(shape) * dtype.itemsize  # Python integers: header counts cannot overflow them
     if len(blob) != expected:
         raise FormatError(f"{name} is {len(blob)} bytes, expected {expected} for shape {shape} of {dtype}")
@@ -686,7 +694,7 @@ def _typed_table(blob: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], name
     return table
 
 
-def _check_allocations(table: np.ndarray, heap_offset: int, heap_size: int,
+def check_allocations(table: np.ndarray, heap_offset: int, heap_size: int,
                        field_of_column: Callable[[int], str]) -> None:
     if table.size == 0:
         return

@@ -200,6 +200,8 @@ def _index(arguments: argparse.Namespace) -> int:
     manifest = index(arguments.output, _shards(arguments), verify=arguments.verify, remote=arguments.remote)
     checked = "every page checked" if arguments.verify else "headers and tables checked"
     print(f"wrote {arguments.output}: {len(manifest.shards)} shards, {manifest.num_samples} samples ({checked})")
+    if manifest.tables is not None:
+        print(f"wrote {manifest.tables.location}: every shard's tables, so that the dataset opens without reading them")
     return 0
 
 
@@ -407,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     indexing = commands.add_parser("index", help="write a manifest of shards written apart",
                                    description="List shards (beton files written apart, e.g. with "
                                                "from_indexed_dataset(shard=(k, n))) in a manifest: their order, "
-                                               "sample counts, header hashes and fields, which must agree.")
+                                               "sample counts, header hashes and fields, which must agree. Beside a "
+                                               "local OUT.json it also writes OUT.tables, every shard's tables in one "
+                                               "file, so that the dataset opens without reading its shards.")
     indexing.add_argument("output", metavar="OUT.json", help="the manifest to write (a path or URL ending in .json)")
     indexing.add_argument("shards", nargs="+", metavar="SHARD",
                           help="shards in order: paths, URLs, globs (sorted by name) or manifests")

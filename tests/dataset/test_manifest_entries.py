@@ -12,14 +12,20 @@ import os
 import threading
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import beton
 from beton.errors import FormatError
-from beton.dataset.manifest import header_digest, read_manifest
+from beton.dataset.manifest import header_digest, parse_manifest, read_manifest, resolve_listed_path
 from beton.storage.reader import read_head
 from beton.dataset.shards import dataset_manifest
 
 from manifest_entries import EVERYWHERE, LOCAL, REMOTE, hostile_manifest, make_sandbox
+
+
+FIELDS_JSON = [{"name": "label", "type": "beton.IntField", "arguments": {}, "metadata_dtype": "<i8",
+                "payload": False}]
 
 
 @pytest.fixture
@@ -66,6 +72,7 @@ def with_shards(sandbox: dict, entries: list[dict], name: str) -> str:
     with open(sandbox["manifest"]) as file:
         document = json.load(file)
     document.update(shards=entries, num_samples=sum(entry["num_samples"] for entry in entries))
+    del document["tables"]  # it describes the sandbox's shards, not these
     path = os.path.join(sandbox["data"], name)
     with open(path, "w") as file:
         json.dump(document, file)
@@ -174,3 +181,31 @@ def test_a_file_that_is_not_beton_is_not_shown_in_the_error(sandbox, servers, co
         assert "not a beton file" in message, (what, message)
         for shown in (repr(content[:8]), repr(content[:4]), content[:6].decode("latin-1"), content[:8].hex()):
             assert shown not in message, (what, message)
+
+
+@settings(max_examples=300, deadline=None)
+@given(paths=st.lists(st.text(alphabet="ab./", max_size=6) | st.text(alphabet="ab./_-%2e\\é\n", max_size=7),
+                      min_size=1, max_size=4),
+       count=st.sampled_from([0, 3, True, -1, 2**63]), digest=st.sampled_from(["ab" * 32, "AB" * 32, "a" * 63]))
+@example(paths=["a/..", "b/./c", "c/.d"], count=1, digest="ab" * 32)  # plain characters, segments that resolve
+@example(paths=["a", "b//c"], count=1, digest="ab" * 32)
+@example(paths=["a", "d/"], count=1, digest="ab" * 32)
+def test_a_whole_list_of_shards_is_read_as_each_entry_alone_is(paths, count, digest):
+    # a manifest's list is checked list by list where every entry is plain (what `beton index` writes), else entry
+    # by entry: the result, or the refusal, is the same as the rules give for each entry alone
+    entries = [{"path": path, "num_samples": count, "header_sha256": digest} for path in paths]
+    data = json.dumps({"format": "beton-manifest", "version": 1, "num_samples": count * len(paths) if
+                       type(count) is int else 0, "fields": FIELDS_JSON, "shards": entries}).encode()
+    try:
+        expected = [resolve_listed_path(path, "/d/sub/../m.json") for path in paths]
+        valid = ("" not in paths and type(count) is int and 0 <= count * len(paths) < 2**63 and digest == "ab" * 32
+                 and len(set(expected)) == len(expected))
+    except FormatError:
+        valid = False
+    if not valid:
+        with pytest.raises(FormatError):
+            parse_manifest(data, "/d/sub/../m.json")
+        return
+    manifest = parse_manifest(data, "/d/sub/../m.json")
+    assert [shard.location for shard in manifest.shards] == expected
+    assert [shard.start for shard in manifest.shards] == [count * k for k in range(len(paths))]

@@ -2,7 +2,7 @@
 files than the process may open reads exactly, holds a bounded number of descriptors, and releases them all on
 ``close()``; a shard that goes away or changes while the epoch runs is a BetonError naming it.
 
-Shards are copies of a few distinct files (writing 1,500 files costs seconds; copying them, milliseconds): a
+Shards are copies of a few distinct files (writing hundreds of files costs seconds; copying them, milliseconds): a
 number of templates that shares no factor with the ring of open shards, so a shard read in the place of another
 shows in the batches.
 """
@@ -24,13 +24,16 @@ from hypothesis import strategies as st
 import beton
 from beton import Loader, OrderOption
 from beton.dataset.manifest import Manifest, field_specs, header_digest
-from beton.storage.format import HEADER_DTYPE, HEAP_OFFSET
-from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset
+from beton.storage.format import ALLOCATION_DTYPE, FIELD_RECORD_DTYPE, HEADER_DTYPE, HEAP_OFFSET
+from beton.dataset import index
+from beton.dataset.shards import dataset_manifest
+from beton.dataset.union import DEFAULT_OPEN_SHARDS, ShardedDataset, open_dataset, open_page_source
 from beton.errors import BetonError, ShardError, ShardNotFoundError
-from beton.fields import IntField, NDArrayField
+from beton.fields import BytesField, IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache
 
 from conftest import TESTS, write
+from forgery import resign_digests
 
 TEMPLATES = 47
 FIELDS = {"values": NDArrayField(np.dtype("<u2"), (4,)), "label": IntField()}
@@ -82,8 +85,8 @@ print(json.dumps({"before": before, "peak": peak, "after": len(os.listdir("/proc
 
 
 def test_an_epoch_over_more_shards_than_the_descriptor_limit_is_exact_with_descriptors_bounded(tmp_path):
-    limit = 256
-    whole, parts = make_shards(tmp_path, 1500)  # 6 times the limit: opening every shard at once cannot work
+    limit = 112  # the default ring of open shards (64), the interpreter's and the threads' few, some to spare
+    whole, parts = make_shards(tmp_path, 336)  # 3 times the limit: opening every shard at once cannot work
     manifest = os.fspath(tmp_path / "dataset.json")  # from the copies' known headers: `index` opens every shard
     with beton.Reader(parts[0]) as reader:
         fields = field_specs(reader.descriptors)
@@ -247,3 +250,87 @@ def test_the_checks_of_many_shards_at_once_refuse_exactly_what_a_reader_refuses(
     alone = outcome(lambda: beton.Reader(copies[1], verify_content=verify_content))
     together = outcome(lambda: ShardedDataset(manifest, verify_content=verify_content))
     assert together == alone
+
+
+def test_a_failed_check_names_every_shard_that_failed_and_keeps_them_to_check_again(tmp_path):
+    whole, parts = make_shards(tmp_path, 4)
+    with ShardedDataset(dataset_manifest(parts)) as dataset:
+        pages = open_page_source(dataset)
+        for shard in (1, 2):  # read, then modified (their modification time): the next check must see both
+            pages.read_into(dataset.heap_offset + int(dataset.first_page[shard]) * dataset.page_size,
+                            np.empty(8, np.uint8), f"shard {shard}")
+            os.utime(parts[shard], ns=(1, 1))
+        for _ in range(2):
+            with pytest.raises(BetonError, match="modified") as raised:
+                pages.check()
+            assert raised.value.path == parts[1] and "shards 2 of" in " ".join(raised.value.__notes__)
+
+
+@pytest.mark.parametrize("tables_file", [False, True])
+def test_a_shard_that_cannot_be_read_is_a_shard_error_naming_it(tmp_path, tables_file):
+    whole, parts = make_shards(tmp_path, 3)
+    manifest = index(tmp_path / "dataset.json", parts) if tables_file else dataset_manifest(parts)
+    os.unlink(parts[1])
+    os.mkdir(parts[1])  # a directory where the shard was: it opens, but reading it fails
+    with pytest.raises(ShardError, match="shard 1") as raised:
+        with Loader(manifest, batch_size=2) as loader:
+            for _ in loader:
+                pass
+    assert raised.value.path == parts[1]
+
+
+def test_a_shard_keeping_payloads_in_other_columns_than_the_first_is_refused(tmp_path):
+    # the same fields (names, types, arguments), written consistently in itself, but with the two payload columns
+    # swapped: joined column by column, one field's payloads would go to the other's decoder
+    fields = {"a": BytesField(), "b": BytesField()}
+    rows = [(b"a%d" % k, b"bb%d" % k) for k in range(3)]
+    first, second = (write(os.fspath(tmp_path / f"part-{k}.beton"), fields, rows) for k in range(2))
+    content = bytearray(open(second, "rb").read())
+    header = np.frombuffer(bytes(content[:HEAP_OFFSET]), HEADER_DTYPE, count=1)[0].copy()
+    records_at, table_at = int(header["field_table"]["offset"]), int(header["allocation_table"]["offset"])
+    records = np.frombuffer(bytes(content[records_at:]), FIELD_RECORD_DTYPE, count=2).copy()
+    records["payload_column"] = records["payload_column"][::-1]
+    content[records_at : records_at + records.nbytes] = records.tobytes()
+    table = np.frombuffer(bytes(content[table_at:]), ALLOCATION_DTYPE, count=2 * len(rows)).reshape(-1, 2)
+    content[table_at : table_at + table.nbytes] = table[:, ::-1].copy().tobytes()
+    for name in ("field_table", "allocation_table"):
+        start, size = int(header[name]["offset"]), int(header[name]["size"])
+        header[name]["crc32"] = zlib.crc32(bytes(content[start : start + size]))
+    del content[int(header["digest_table"]["offset"]) :]  # the last region: laid out again after the others
+    resign_digests(content, header)
+    header["header_crc32"] = zlib.crc32(header.tobytes()[:-4])
+    content[: header.nbytes] = header.tobytes()
+    with open(second, "wb") as file:
+        file.write(content)
+    with beton.Reader(second) as reader:  # a valid file on its own
+        assert reader[1] == (b"a1", b"bb1")
+    with pytest.raises(ShardError, match="other allocation-table columns") as raised:
+        Loader([first, second], batch_size=2)
+    assert raised.value.path == second
+
+
+@pytest.mark.parametrize("tables_file", [False, True])
+def test_a_shard_rewritten_in_place_while_closed_is_refused_when_reopened(tmp_path, tables_file):
+    # its pages checked against their digests before it was closed are not checked again when it is reopened
+    # (verify_content checks a page once): what makes that safe is that a reopened shard must be the very file,
+    # unmodified, that was read before (device, inode, modification time), or it is refused
+    whole, parts = make_shards(tmp_path, 3)
+    manifest = index(tmp_path / "dataset.json", parts) if tables_file else dataset_manifest(parts)
+    with ShardedDataset(manifest, max_open_shards=1, verify_content=True) as dataset:
+        pages = open_page_source(dataset)
+
+        def read(shard):
+            out = np.empty(8, np.uint8)
+            pages.read_into(dataset.heap_offset + int(dataset.first_page[shard]) * dataset.page_size, out, "a page")
+            return out
+
+        before = read(1)
+        read(2)  # shard 1 closed to make room
+        with open(parts[1], "r+b") as file:  # the same size and header, a payload byte changed
+            file.seek(HEAP_OFFSET)
+            file.write(bytes([before[0] ^ 1]))
+        status = os.stat(parts[1])
+        os.utime(parts[1], ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+        with pytest.raises(ShardError, match="shard 1") as raised:
+            read(1)
+        assert raised.value.path == parts[1]

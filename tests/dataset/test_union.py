@@ -324,10 +324,16 @@ def test_shards_with_other_page_sizes_are_refused_naming_the_shard(aligned, tmp_
 
 @pytest.fixture
 def copied(aligned, tmp_path):
-    """The aligned shards and their manifest in a directory of the test's own (to change them)."""
+    """The aligned shards and their manifest in a directory of the test's own (to change them), the manifest
+    without its tables file: every shard's tables are read on opening, where these checks run (with a tables file
+    they run as each shard is first opened: tests/dataset/test_tables_file.py)."""
     whole, parts, manifest = aligned
-    for path in [*parts, manifest]:
+    for path in parts:
         shutil.copy(path, tmp_path)
+    document = json.loads(open(manifest).read())
+    del document["tables"]
+    with open(tmp_path / "dataset.json", "w") as file:
+        json.dump(document, file)
     return [str(tmp_path / os.path.basename(part)) for part in parts], str(tmp_path / "dataset.json")
 
 

@@ -111,7 +111,9 @@ def test_a_forger_who_rewrites_the_digests_changes_the_header_a_manifest_pins(wr
     written.write_bytes(bytes(forged))
     assert beton.verify(written).content_digests  # a consistent file on its own: only a pin tells it apart
     with pytest.raises(ShardError, match="not the file the manifest lists"):
-        Loader(manifest, batch_size=4, num_workers=1)
+        with Loader(manifest, batch_size=4, num_workers=1) as loader:  # refused when first opened at the latest
+            for _ in loader:
+                pass
 
 
 def test_a_forged_table_is_refused_by_verify_content_on_open(written, tmp_path):

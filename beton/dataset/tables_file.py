@@ -1,0 +1,289 @@
+"""A manifest's tables file: every shard's tables in one file beside the manifest, so that a dataset of 100,000
+shards opens by reading two files rather than 100,000.
+
+A :class:`~beton.dataset.union.ShardedDataset` needs every shard's data and allocation tables and page geometry
+before its first batch (the orders and the memory layers read them for every sample). Without a tables file it
+reads them from every shard (:mod:`beton.dataset.shard_tables`): one visit per file, minutes for 100,000 shards on
+a network file system or a store. ``beton index`` (:func:`beton.dataset.shards.index`) therefore also writes
+``<manifest>.tables`` (``train.json`` -> ``train.tables``) and records its SHA-256 in the manifest, which pins it
+as it pins each shard's header.
+
+The file is itself a beton file (so it is read, bounded and checked by the machinery every beton file goes
+through), one sample per shard, in order: the shard's size, page count, page size, heap offset and size, whether
+it has page digests (integers), and its data table, allocation table (the shard's own offsets), file-level
+metadata and page digests (bytes, as the shard stores them). Its file-level metadata holds the first shard's
+header and field table, from which the dataset's fields are built. A tables file is written only where every
+shard's field table is byte for byte the first shard's (what one writer's shards have).
+
+Reading it (:func:`read_tables_file`) is untrusted input like any file: its SHA-256 must be the manifest's, its
+fields these, one sample per shard, each table's size what the manifest's counts and the first shard's fields
+make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's header the
+one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is opened: each
+is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its header's
+SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
+file's, or a :class:`~beton.errors.ShardError` names it before any of its pages is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from beton.errors import CorruptDataError, FormatError, ShardError, error_context, locate
+from beton.fields import BytesField
+from beton.fields.base import Field
+from beton.dataset.manifest import Manifest, TablesFile, field_specs
+from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
+from beton.storage import format as fmt
+from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
+                                  table_names)
+
+__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "TablesRow", "write_tables_file",
+           "read_tables_file", "OpenedTables"]
+
+TABLES_KIND = "beton shard tables"
+_BLOBS = ("header", "data_table", "allocation_table", "metadata", "digest_table")
+#: The fields of a tables file, one sample per shard: its tables as it stores them (empty where it has none).
+TABLE_FIELDS: dict[str, Field] = {name: BytesField() for name in _BLOBS}
+
+
+def tables_file_name(manifest_location: str) -> str:
+    """Where ``beton index`` writes the tables file of the manifest at ``manifest_location``: beside it, its name
+    ending in ``.tables`` rather than ``.json`` (not ``.beton``: a glob over the shards must not list it)."""
+    return manifest_location[: -len(".json")] + ".tables"
+
+
+@dataclasses.dataclass(frozen=True)
+class TablesRow:
+    """What the tables file keeps of one shard (``row``: its sample, in :data:`TABLE_FIELDS`' order), with the
+    field table that the first shard's row gives the file."""
+
+    row: tuple[bytes, ...]
+    field_table: bytes
+
+
+def tables_row(reader: Reader) -> TablesRow:
+    """The tables file's row of an open, validated shard (read while it is open; it may be closed after)."""
+    present = table_names(reader.header)
+    return TablesRow(tuple(reader.header.tobytes() if name == "header" else
+                           _table(reader, name) if name in present else b"" for name in _BLOBS),
+                     _table(reader, "field_table"))
+
+
+def write_tables_file(location: str, rows: Sequence[TablesRow]) -> TablesFile | None:
+    """Write the tables file of the shards whose rows are ``rows`` (in order) at ``location`` (a local path), and
+    return what the manifest records of it; None, writing nothing, where a shard's field table differs from the
+    first's in its bytes (those shards are read one by one when the dataset opens)."""
+    from beton.storage.writer import DatasetWriter  # the writing side, only for `beton index`
+
+    first = rows[0]
+    if any(row.field_table != first.field_table for row in rows[1:]):
+        return None
+    metadata = {"kind": TABLES_KIND, "first_field_table": first.field_table.hex()}
+    DatasetWriter(location, TABLE_FIELDS, metadata=metadata, num_workers=0, progress=False).from_indexed_dataset(
+        [row.row for row in rows])
+    with open(location, "rb") as file:
+        return TablesFile(location, hashlib.file_digest(file, "sha256").hexdigest())
+
+
+def _table(reader: Reader, name: str) -> bytes:
+    reference = reader.header[name]
+    offset, size = int(reference["offset"]), int(reference["size"])
+    return bytes(reader.file_map[offset : offset + size])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpenedTables:
+    """What a tables file gives a dataset: the shards' tables as columns, the first shard's header (a structured
+    record) and descriptors, and the first shard as the others are compared with it."""
+
+    tables: UnionTables
+    header: np.void
+    descriptors: dict[str, FieldDescriptor]
+    first: FirstShard
+
+
+def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedTables:
+    """The tables file ``manifest.tables`` (a local path), checked as the module docstring says: a FormatError
+    naming it (and the shard) for anything else, a ShardError where ``verify_content`` asks for digests a shard
+    lacks. ``verify_content`` as :meth:`~beton.dataset.manifest.Manifest.content_checks` gives it."""
+    listed = manifest.tables
+    assert listed is not None
+    with error_context(path=listed.location):
+        try:
+            reader = Reader(listed.location, max_image_pixels=None)
+        except FileNotFoundError as error:
+            raise FormatError(f"the manifest's tables file is missing ({error}); run `beton index` again, or "
+                              "remove \"tables\" from the manifest to read every shard's tables instead") from None
+        with reader:
+            content = reader.file_map.tobytes()  # what is hashed is what is used
+            if hashlib.sha256(content).hexdigest() != listed.sha256:
+                raise FormatError("the tables file is not the one the manifest lists: its SHA-256 differs (the "
+                                  "file changed since `beton index` wrote it; run it again)")
+            names = [(d.name, d.type_name) for d in reader.descriptors.values()]
+            if names != [(name, field.type_name) for name, field in TABLE_FIELDS.items()] or \
+                    reader.metadata.get("kind") != TABLES_KIND:
+                raise FormatError(f"not a tables file: its fields are {names}")
+            if reader.num_samples != len(manifest.shards):
+                raise FormatError(f"the tables file lists {reader.num_samples} shards, the manifest "
+                                  f"{len(manifest.shards)}")
+            columns = {name: reader.descriptors[name].payload_column for name in _BLOBS}
+            allocation = np.array(reader.allocation_table)
+            metadata = reader.metadata
+        blobs = {name: _Column(content, allocation[:, column]) for name, column in columns.items()}
+        if (blobs["header"].sizes != fmt.HEADER_SIZE).any():
+            raise FormatError(f"a shard's header in the tables file is not {fmt.HEADER_SIZE} bytes")
+        headers = np.frombuffer(b"".join(blobs["header"]), fmt.HEADER_DTYPE)
+        header, descriptors = _first_shard(manifest, headers[0], metadata)
+        field_table = bytes.fromhex(str(metadata["first_field_table"]))
+        first = FirstShard(field_table, int(header["num_fields"]), int(header["num_payload_fields"]),
+                           _data_dtype(descriptors), {d.name: d.payload_column for d in descriptors.values()
+                                                      if d.has_payload})
+        if verify_content:
+            for number in np.flatnonzero(headers["version"] < fmt.DIGESTS_VERSION)[:1].tolist():
+                raise locate(ShardError(f"shard {number}: verify_content=True: " + NO_DIGESTS.format(
+                    version=int(headers[number]["version"]))), path=manifest.shards.locations[number])
+        sizes = file_ends(headers)
+        ok = headers_pass(manifest, range(len(headers)), blobs["header"], headers, sizes,
+                          first, verify_content)
+        ok &= (headers["field_table"]["crc32"] == zlib.crc32(field_table)) & \
+            (headers["field_table"]["size"] == len(field_table))
+        page_digests = _check_tables(headers, blobs, field_table, ok, verify_content)
+        for number in np.flatnonzero(~ok)[:1].tolist():
+            raise locate(FormatError(
+                f"shard {number}: the tables file does not hold the tables its header names (the header the manifest "
+                "lists, by SHA-256): the tables file or the manifest was changed; run `beton index` again"),
+                note=f"(shard {manifest.shards.locations[number]})")
+        tables = UnionTables(sizes.astype(np.int64), headers["num_pages"].astype(np.int64),
+                             headers["page_size"].astype(np.int64), headers["heap_offset"].astype(np.int64),
+                             headers["heap_size"].astype(np.int64), b"".join(blobs["data_table"]),
+                             b"".join(blobs["allocation_table"]),
+                             [raw if version >= fmt.METADATA_VERSION else b"{}" for raw, version in
+                              zip(blobs["metadata"], headers["version"].tolist())], page_digests,
+                             table_offsets=np.stack([headers["data_table"]["offset"],
+                                                     headers["allocation_table"]["offset"]], axis=1).astype(np.int64))
+        _check_allocations(manifest, tables, first)
+        return OpenedTables(tables, header, descriptors, first)
+
+
+def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table: bytes, ok: np.ndarray,
+                  verify_content: bool | None) -> list[bytes | None]:
+    """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32
+    (a version-1 file's absent metadata stays empty, a version 1 or 2 file's digest table too), and in a version-3
+    file the digest table against the header's content digest and, where content is checked, each table against
+    its digest. Every check runs over all shards at once (a hash per table and shard, compared as arrays). Returns
+    each shard's page digests where its content is checked, else None."""
+    version = headers["version"]
+    with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
+    ok &= with_metadata | (blobs["metadata"].sizes == 0)
+    ok &= with_digests | (blobs["digest_table"].sizes == 0)
+    everywhere = np.ones(len(headers), bool)
+    # where a shard's digests are checked they pin every table, its CRC32s add nothing
+    by_crc = ~with_digests if verify_content is not False else everywhere
+    for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
+                          ("digest_table", with_digests)):
+        numbers = np.flatnonzero(present & by_crc & ok)
+        crcs = np.array([zlib.crc32(blobs[name][number]) for number in numbers.tolist()], np.uint32)
+        ok[numbers] &= crcs == headers[name]["crc32"][numbers]
+    checked = ok & with_digests
+    if not checked.any():
+        return [None] * len(headers)
+    numbers = np.flatnonzero(checked)
+    tables = [blobs["digest_table"][number] for number in numbers.tolist()]
+    header_bytes = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
+    ok[numbers] &= (_digests(tables) == header_bytes[numbers, CONTENT_DIGEST_SLICE]).all(axis=1)
+    if verify_content is False:
+        return [None] * len(headers)
+    rows = np.frombuffer(b"".join(tables), np.uint8).reshape(-1, fmt.DIGEST_SIZE)
+    # shard k's digest table is num_pages + len(DIGESTED_TABLES) rows; the tables' rows follow its pages'
+    first_rows = np.concatenate([[0], np.cumsum(headers["num_pages"][numbers].astype(np.int64) +
+                                                len(fmt.DIGESTED_TABLES))])[:-1]
+    for position, name in enumerate(fmt.DIGESTED_TABLES):
+        if name == "page_checksums":
+            continue  # not kept: the union does not read it
+        expected = rows[first_rows + headers["num_pages"][numbers].astype(np.int64) + position]
+        if name == "field_table":  # every shard's is the first shard's
+            ok[numbers] &= (expected == np.frombuffer(digest(field_table), np.uint8)).all(axis=1)
+            continue
+        present = with_metadata[numbers] if name == "metadata" else np.ones(len(numbers), bool)
+        ok[numbers] &= ~present | (_digests([blobs[name][number] for number in numbers.tolist()]) ==
+                                   expected).all(axis=1)
+    pages = headers["num_pages"].tolist()
+    return [blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE] if checked[number] and ok[number]
+            else None for number in range(len(headers))]
+
+
+class _Column:
+    """One field's payloads in a tables file (``content``), one per shard, each sliced out when asked for: a list
+    of them all would hold 100,000 small objects per field at once (in memory until the end, and in the garbage
+    collector's passes)."""
+
+    def __init__(self, content: bytes, allocation: np.ndarray) -> None:
+        self._content = content
+        self._offsets, self.sizes = allocation["offset"].tolist(), allocation["size"].astype(np.int64)
+        self._ends = (allocation["offset"] + allocation["size"]).tolist()
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, number: int) -> bytes:
+        return self._content[self._offsets[number] : self._ends[number]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        content = self._content
+        return (content[start:end] for start, end in zip(self._offsets, self._ends))
+
+
+def _digests(blobs: list[bytes]) -> np.ndarray:
+    """The digest of each blob, as a ``(len(blobs), DIGEST_SIZE)`` uint8 array."""
+    return np.frombuffer(b"".join(map(digest, blobs)), np.uint8).reshape(len(blobs), fmt.DIGEST_SIZE)
+
+
+def _check_allocations(manifest: Manifest, tables: UnionTables, first: FirstShard) -> None:
+    """FormatError naming the first shard with a payload outside its heap (the Reader's rule, every shard at
+    once)."""
+    columns = first.num_payload_fields
+    if not columns or not len(tables.allocations):
+        return
+    counts = manifest.shards.counts
+    table = np.frombuffer(tables.allocations, fmt.ALLOCATION_DTYPE).reshape(-1, columns)
+    start = np.repeat(tables.heap_offsets, counts)[:, None].astype(np.uint64)
+    size = np.repeat(tables.heap_sizes, counts)[:, None].astype(np.uint64)
+    sizes = table["size"]
+    bad = (table["offset"] < start) | (sizes > size) | (table["offset"] - start > size - np.minimum(sizes, size))
+    rows = np.flatnonzero(bad.any(axis=1))
+    if len(rows):
+        number = int(np.searchsorted(manifest.shards.starts[1:], rows[0], side="right"))
+        raise locate(FormatError(f"shard {number}: a payload lies outside its heap (in the tables file)"),
+                     note=f"(shard {manifest.shards.locations[number]})")
+
+
+def _first_shard(manifest: Manifest, header: np.void, metadata: Mapping[str, object]
+                 ) -> tuple[np.void, dict[str, FieldDescriptor]]:
+    """The first shard's header (checked as a Reader checks a header, and the manifest's) and fields, from its field
+    table in the tables file's metadata (the table its header's CRC32 names)."""
+    raw_header = header.tobytes()
+    header = read_header(np.frombuffer(raw_header, np.uint8))
+    manifest.check_head(0, raw_header, int(header["num_samples"]))  # the manifest pins it
+    try:
+        field_table = bytes.fromhex(str(metadata.get("first_field_table")))
+    except ValueError:
+        raise FormatError("the tables file's first field table is not hexadecimal") from None
+    if zlib.crc32(field_table) != int(header["field_table"]["crc32"]) or \
+            len(field_table) != int(header["field_table"]["size"]):
+        raise CorruptDataError("the tables file's first field table is not the one its header names")
+    descriptors = {d.name: d for d in parse_field_table(np.frombuffer(field_table, np.uint8), header)}
+    manifest.check_fields(0, field_specs(descriptors))
+    return header, descriptors
+
+
+def _data_dtype(descriptors: Mapping[str, FieldDescriptor]) -> np.dtype:
+    try:
+        return fmt.data_table_dtype((d.name, d.metadata_dtype) for d in descriptors.values())
+    except (TypeError, ValueError) as error:
+        raise FormatError(f"the fields' metadata dtypes do not form a data table record: {error}") from None

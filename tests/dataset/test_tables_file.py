@@ -1,0 +1,182 @@
+"""A manifest's tables file (beton/dataset/tables_file.py): ``beton index`` writes every shard's header and tables
+beside the manifest, pinned by its SHA-256, and a dataset opens from the manifest and that file without touching a
+shard; each shard is compared with it when an epoch first opens it.
+
+What must hold: the same samples, in every order, as without the tables file and as one merged file; no shard
+touched on opening; a tables file changed in any way (a byte, truncated, another dataset's, the manifest's digest)
+refused on opening with an error naming it, never served; a shard changed after indexing refused when first opened,
+before any of its pages is used."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import beton
+from beton import Loader, OrderOption
+from beton.dataset import index
+from beton.dataset.union import ShardedDataset, open_dataset
+from beton.errors import FormatError, ShardError, ShardNotFoundError
+from beton.fields import BytesField, IntField
+
+from conftest import write
+
+FIELDS = {"label": IntField(), "blob": BytesField()}
+COUNTS = (5, 0, 7, 3, 6)
+
+
+def samples(shard: int, count: int, salt: int = 0) -> list[tuple[int, bytes]]:
+    return [(100 * shard + k + salt, bytes([shard, k, salt]) * (k + 1)) for k in range(count)]
+
+
+def make_dataset(directory) -> tuple[list[str], str, str]:
+    """Shards of COUNTS samples (small pages, so that they span several), their manifest with its tables file, and
+    one file of the same samples in the same order. Returns (shards, manifest, whole)."""
+    directory = os.fspath(directory)
+    parts = [write(os.path.join(directory, f"part-{k}.beton"), FIELDS, samples(k, count), page_size=256)
+             for k, count in enumerate(COUNTS)]
+    manifest = os.path.join(directory, "dataset.json")
+    index(manifest, parts)
+    whole = write(os.path.join(directory, "whole.beton"), FIELDS,
+                  [sample for k, count in enumerate(COUNTS) for sample in samples(k, count)], page_size=256)
+    return parts, manifest, whole
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    return make_dataset(tmp_path)
+
+
+def everything(source, order=OrderOption.SEQUENTIAL, **options):
+    with Loader(source, batch_size=4, order=order, seed=3, num_workers=1, **options) as loader:
+        return [(labels.numpy().tolist(), list(blobs)) for labels, blobs in loader]
+
+
+def without_tables(manifest: str) -> str:
+    document = json.loads(open(manifest).read())
+    del document["tables"]
+    path = manifest[: -len(".json")] + "-plain.json"
+    with open(path, "w") as file:
+        json.dump(document, file)
+    return path
+
+
+def test_index_writes_the_tables_file_and_pins_it(dataset):
+    parts, manifest, whole = dataset
+    document = json.loads(open(manifest).read())
+    tables = os.path.join(os.path.dirname(manifest), "dataset.tables")
+    assert document["tables"] == {"path": "dataset.tables",
+                                  "sha256": hashlib.sha256(open(tables, "rb").read()).hexdigest()}
+
+
+@pytest.mark.parametrize("order", [order for order in OrderOption if order is not OrderOption.BALANCED])  # no images
+def test_samples_are_those_without_the_tables_file_and_of_one_file_in_every_order(dataset, order):
+    parts, manifest, whole = dataset
+    expected = everything(without_tables(manifest), order)
+    assert everything(manifest, order) == expected
+    one_file = everything(whole, order)
+    if order is OrderOption.QUASI_RANDOM:  # its order follows pages, which shards number otherwise than one file
+        expected, one_file = (sorted(sample for labels, blobs in batches for sample in zip(labels, blobs))
+                              for batches in (expected, one_file))
+    assert expected == one_file
+
+
+def test_opening_touches_no_shard(dataset, tmp_path):
+    parts, manifest, whole = dataset
+    away = tmp_path / "away"
+    away.mkdir()
+    for part in parts:
+        shutil.move(part, away)
+    with open_dataset(manifest) as opened:  # every shard gone: opening reads the manifest and its tables file
+        assert isinstance(opened, ShardedDataset)
+        assert [value for (value,) in opened.data_table["label"].tolist()] == [
+            label for k, count in enumerate(COUNTS) for label, _ in samples(k, count)]
+    with Loader(manifest, batch_size=4) as loader, pytest.raises(ShardNotFoundError) as raised:
+        next(iter(loader))
+    assert raised.value.path == parts[0]
+    for part in parts:
+        shutil.move(os.path.join(away, os.path.basename(part)), part)
+    assert everything(manifest) == everything(whole)
+
+
+def test_a_shard_not_reached_is_never_opened(dataset):
+    parts, manifest, whole = dataset
+    os.unlink(parts[4])  # the last shard: an epoch over the first shards' samples never opens it
+    first = sum(COUNTS[:2])
+    with Loader(manifest, batch_size=4, indices=list(range(first))) as loader:
+        assert [label for labels, _ in loader for label in labels.tolist()] == list(range(COUNTS[0]))
+
+
+@pytest.mark.parametrize("change", ["byte", "truncated", "digest in the manifest", "missing"])
+def test_a_changed_tables_file_is_refused_on_opening(dataset, change):
+    parts, manifest, whole = dataset
+    tables = manifest[: -len(".json")] + ".tables"
+    if change == "byte":
+        with open(tables, "r+b") as file:
+            file.seek(os.path.getsize(tables) // 2)
+            byte = file.read(1)
+            file.seek(-1, os.SEEK_CUR)
+            file.write(bytes([byte[0] ^ 1]))
+    elif change == "truncated":
+        os.truncate(tables, os.path.getsize(tables) - 1)
+    elif change == "digest in the manifest":
+        document = json.loads(open(manifest).read())
+        document["tables"]["sha256"] = "0" * 64
+        with open(manifest, "w") as file:
+            json.dump(document, file)
+    else:
+        os.unlink(tables)
+    with pytest.raises(FormatError) as raised:
+        open_dataset(manifest)
+    assert raised.value.path == tables
+
+
+def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, tmp_path):
+    # the same fields and counts, shard 3 with other samples: a tables file consistent in itself and pinned by the
+    # manifest, but holding the header and tables of another file than the manifest's shard 3
+    parts, manifest, whole = dataset
+    other = tmp_path / "other"
+    other.mkdir()
+    others = [shutil.copy(part, other) for part in parts]
+    write(others[3], FIELDS, samples(3, COUNTS[3], salt=1), page_size=256)
+    index(other / "dataset.json", others)
+    tables = manifest[: -len(".json")] + ".tables"
+    shutil.copyfile(other / "dataset.tables", tables)
+    document = json.loads(open(manifest).read())
+    document["tables"]["sha256"] = hashlib.sha256(open(tables, "rb").read()).hexdigest()
+    with open(manifest, "w") as file:
+        json.dump(document, file)
+    with pytest.raises(FormatError, match="shard 3: the tables file does not hold the tables its header names") \
+            as raised:
+        open_dataset(manifest)
+    assert raised.value.path == tables
+
+
+def test_a_shard_replaced_after_indexing_is_refused_when_first_opened(dataset, tmp_path):
+    parts, manifest, whole = dataset
+    write(parts[2], FIELDS, samples(2, COUNTS[2], salt=9), page_size=256)  # same count, other samples
+    with Loader(manifest, batch_size=4) as loader, \
+            pytest.raises(ShardError, match="shard 2 of 5 is not the file the manifest lists") as raised:
+        for _ in loader:  # opening read no shard: it cannot tell yet
+            pass
+    assert raised.value.path == parts[2]
+
+
+def test_a_shard_whose_tables_differ_from_its_header_is_refused_when_first_opened(dataset):
+    # the header (and so its SHA-256, which the manifest lists) kept, a label in the data table changed: the
+    # tables file holds what the header names, the file does not
+    parts, manifest, whole = dataset
+    with beton.Reader(parts[3]) as reader:
+        offset = int(reader.header["data_table"]["offset"])
+    with open(parts[3], "r+b") as file:
+        file.seek(offset)
+        file.write(np.int64(-1).tobytes())
+    with Loader(manifest, batch_size=4) as loader, pytest.raises(ShardError, match="data table") as raised:
+        for _ in loader:
+            pass
+    assert raised.value.path == parts[3]
