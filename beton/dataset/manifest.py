@@ -8,7 +8,7 @@ comes from a manifest file (:func:`read_manifest`) or is built in memory from fi
 structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens one shard when asked and checks it
 against what the manifest says, so a Loader can open shards lazily.
 
-Why the header's hash identifies a shard: a version-3 header holds the BLAKE2b-256 of the digest table, which holds
+Why the header's hash identifies a shard: a version-3 header holds the SHA-256 of the digest table, which holds
 every page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing
 (older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
 

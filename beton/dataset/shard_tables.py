@@ -45,7 +45,7 @@ class ShardTables:
     """One shard's tables and geometry: what the union keeps of it while it is closed. ``size``: the file's size
     when read, checked again when the shard is opened to read pages. ``data`` and ``allocations``: the data and
     allocation tables' bytes as stored (checked), which the union joins into one array each. ``page_digests``: the
-    BLAKE2b-256 of each page (``num_pages * DIGEST_SIZE`` bytes) where the shard's content is checked, else None.
+    SHA-256 of each page (``num_pages * DIGEST_SIZE`` bytes) where the shard's content is checked, else None.
     ``identity``: a local file's :func:`~beton.storage.page_source.file_identity` when its tables were read, which a
     reopened shard must still have (None for a URL)."""
 

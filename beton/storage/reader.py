@@ -103,7 +103,7 @@ class Reader(TableNames):
         data_table: read-only memory-mapped structured array, one record per sample
         allocation_table: read-only (num_samples, num_payload_fields) array of (offset, size)
         page_checksums: stored CRC32 of every page
-        page_digests: stored BLAKE2b-256 of every page (``(num_pages, 32)`` uint8), or None for a file without
+        page_digests: stored SHA-256 of every page (``(num_pages, 32)`` uint8), or None for a file without
             content digests (format versions 1 and 2, FFCV files)
         content_digest: the header's digest of the digest table (bytes), or None likewise
         verify_content: whether pages are checked against their digests as a Loader first loads them
@@ -123,7 +123,7 @@ class Reader(TableNames):
     ``storage_options``, the page cache on disk, requests in flight, retries; a local path ignores it. The
     attribute ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
 
-    ``verify_content=True`` checks the content against the file's BLAKE2b-256 digests (format version 3), which
+    ``verify_content=True`` checks the content against the file's SHA-256 digests (format version 3), which
     CRC32 checksums cannot do against someone who edits the file: every table on open, and every heap page the
     first time a Loader reading this Reader loads it (:class:`~beton.errors.CorruptDataError` naming the file and
     page). A file without digests is then refused (:class:`~beton.errors.FormatError`). None: check when the file
@@ -239,7 +239,7 @@ class Reader(TableNames):
         self._check_records()
 
     def check_table_digests(self) -> None:
-        """CorruptDataError naming the first table whose bytes do not have their stored BLAKE2b-256 digest (a file
+        """CorruptDataError naming the first table whose bytes do not have their stored SHA-256 digest (a file
         with content digests; see :attr:`page_digests`)."""
         check_table_digests(self._map, self.header, self._table_digests)
 
@@ -494,7 +494,6 @@ def checks_content(requested: bool | None, header: np.void, has_digests: bool) -
     return requested is not False and has_digests
 
 
-_checks_content = checks_content  # the name beton.memory.process_cache still imports
 
 
 def check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
