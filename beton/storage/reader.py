@@ -494,8 +494,6 @@ def checks_content(requested: bool | None, header: np.void, has_digests: bool) -
     return requested is not False and has_digests
 
 
-
-
 def check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
     """CorruptDataError naming the first table of :data:`~beton.storage.format.DIGESTED_TABLES` whose bytes in
     ``file_map`` do not have their digest in ``table_digests`` (a :func:`read_digest_table`)."""
