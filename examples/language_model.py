@@ -66,9 +66,9 @@ class CausalConvolutions(torch.nn.Module):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--quick", action="store_true", help="120 steps (for CI)")
+    parser.add_argument("--quick", action="store_true", help="60 steps (for CI)")
     arguments = parser.parse_args()
-    steps = 120 if arguments.quick else arguments.steps
+    steps = 60 if arguments.quick else arguments.steps
     torch.manual_seed(0)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as temporary:

@@ -68,8 +68,7 @@ def check_batches(batches: list) -> None:
     assert sorted(seen) == list(range(NUM_SAMPLES))
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, 3])
-@pytest.mark.parametrize("os_cache", [True, False])
+@pytest.mark.parametrize(("os_cache", "num_workers"), [(False, 0), (True, 1), (False, 3)])  # each layer, 0/1/many
 def test_ffcv_style_fields_round_trip_through_the_loader(ffcv_file, os_cache, num_workers):
     with Loader(ffcv_file, batch_size=8, num_workers=num_workers, os_cache=os_cache, order=OrderOption.RANDOM,
                 seed=3, custom_fields=CUSTOM) as loader:
