@@ -24,6 +24,8 @@ import concurrent.futures
 import dataclasses
 import glob
 import os
+import random
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Union
@@ -31,10 +33,10 @@ from typing import Union
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
-from beton.dataset.tables_file import tables_file_name, tables_row, write_tables_file
+from beton.dataset.tables_file import tables_row, write_indexed_manifest
 from beton.storage.reader import read_head
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
-from beton.storage.remote.fetch import import_fsspec
+from beton.storage.remote.fetch import backoff, filesystem, with_retries
 from beton.storage.verify import verify_reader
 
 __all__ = ["dataset_manifest", "index", "is_manifest_name", "names_one_file", "Source"]
@@ -159,8 +161,16 @@ def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     if not _is_glob(item):
         return [item]
     if is_url(item):
-        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(remote_or_default(remote).storage_options))
-        matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+        options = remote_or_default(remote)
+        jitter = random.Random()  # spreads the retries of many machines listing at once
+
+        def listing(fresh: bool) -> list[str]:
+            fs, pattern = filesystem(item, options)
+            return [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+
+        matches = with_retries(listing, options, item, "listing the files of the glob",
+                               lambda number: time.sleep(backoff(options, number, jitter.random())),
+                               missing="no such bucket or folder")
     else:
         matches = sorted(glob.glob(item))
     if not matches:
@@ -190,9 +200,4 @@ def index(output: str | os.PathLike[str], source: Source, *, verify: bool = Fals
             if verify:
                 verify_reader(reader)
             rows.append(tables_row(reader))
-    manifest.to_json(output)  # ValueError for a shard the manifest cannot list, before anything is written
-    # the tables file is written before the manifest that pins it (a URL's manifest gets none: see docs/shards.md)
-    tables = None if is_url(output) else write_tables_file(tables_file_name(output), rows)
-    manifest = dataclasses.replace(manifest, tables=tables)
-    manifest.write(output)
-    return dataclasses.replace(manifest, source=output)
+    return write_indexed_manifest(manifest, output, rows)
