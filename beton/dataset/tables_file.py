@@ -31,14 +31,14 @@ import hashlib
 import os
 import tempfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from beton.errors import BetonError, CorruptDataError, FormatError, ShardError, error_context, locate
 from beton.fields import BytesField
 from beton.fields.base import Field
-from beton.dataset.manifest import Manifest, TablesFile, field_specs
+from beton.dataset.manifest import Manifest, TablesFile, field_specs, header_digest
 from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
 from beton.storage import format as fmt
 from beton.storage.digests import NO_DIGESTS, digest
@@ -48,7 +48,7 @@ from beton.storage.remote.upload import upload_file
 from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
                                   table_names)
 
-__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "TablesRow", "write_tables_file",
+__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow", "write_tables_file",
            "write_indexed_manifest", "read_tables_file", "OpenedTables"]
 
 TABLES_KIND = "beton shard tables"
@@ -74,10 +74,45 @@ class TablesRow:
 
 def tables_row(reader: Reader) -> TablesRow:
     """The tables file's row of an open, validated shard (read while it is open; it may be closed after)."""
-    present = table_names(reader.header)
-    return TablesRow(tuple(reader.header.tobytes() if name == "header" else
-                           _table(reader, name) if name in present else b"" for name in _BLOBS),
-                     _table(reader, "field_table"))
+    return _row(reader.header, reader.header.tobytes(),
+                lambda offset, size: bytes(reader.file_map[offset : offset + size]))
+
+
+def local_tables_row(manifest: Manifest, number: int) -> TablesRow:
+    """The tables file's row of local shard ``number`` of ``manifest``, read from its file (a few reads, no map):
+    for shards already validated (``beton index`` opens them together as a union first). A ShardError names a
+    shard whose header is no longer the one the manifest lists, or that is shorter than its header says (it
+    changed since it was validated)."""
+    shard = manifest.shards[number]
+    changed = f"shard {number} changed while it was indexed: run `beton index` again"
+    with error_context(path=shard.location):
+        descriptor = os.open(shard.location, os.O_RDONLY)
+        try:
+            raw = os.pread(descriptor, fmt.HEADER_SIZE, 0)
+            if header_digest(raw) != shard.header_sha256:
+                raise ShardError(changed)
+            header = np.frombuffer(raw, fmt.HEADER_DTYPE)[0]
+
+            def read(offset: int, size: int) -> bytes:
+                data = os.pread(descriptor, size, offset)
+                if len(data) != size:
+                    raise ShardError(changed)
+                return data
+
+            return _row(header, raw, read)
+        finally:
+            os.close(descriptor)
+
+
+def _row(header: np.void, raw_header: bytes, read: Callable[[int, int], bytes]) -> TablesRow:
+    """A shard's row from its ``header`` (and its bytes), its tables read where the header says they lie."""
+    present = table_names(header)
+
+    def table(name: str) -> bytes:
+        return read(int(header[name]["offset"]), int(header[name]["size"]))
+
+    return TablesRow(tuple(raw_header if name == "header" else table(name) if name in present else b""
+                           for name in _BLOBS), table("field_table"))
 
 
 def write_tables_file(location: str, rows: Sequence[TablesRow]) -> str | None:
@@ -117,12 +152,6 @@ def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[Table
     written = dataclasses.replace(manifest, tables=None if sha256 is None else TablesFile(location, sha256))
     written.write(output, remote=remote)
     return dataclasses.replace(written, source=output)
-
-
-def _table(reader: Reader, name: str) -> bytes:
-    reference = reader.header[name]
-    offset, size = int(reference["offset"]), int(reference["size"])
-    return bytes(reader.file_map[offset : offset + size])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

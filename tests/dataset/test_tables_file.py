@@ -21,7 +21,7 @@ import beton
 from beton import Loader, OrderOption
 from beton.dataset import index
 from beton.dataset.union import ShardedDataset, open_dataset
-from beton.errors import FormatError, ShardError, ShardNotFoundError
+from beton.errors import CorruptDataError, FormatError, ShardError, ShardNotFoundError
 from beton.fields import BytesField, IntField
 
 from conftest import write
@@ -180,3 +180,28 @@ def test_a_shard_whose_tables_differ_from_its_header_is_refused_when_first_opene
         for _ in loader:
             pass
     assert raised.value.path == parts[3]
+
+
+def test_index_of_local_shards_together_writes_what_shard_by_shard_readers_write(dataset, tmp_path):
+    parts, manifest, whole = dataset
+    # verify=True opens each shard as a Reader (and checks its pages); without, the shards are read together
+    checked = index(tmp_path / "checked.json", parts, verify=True)
+    together = os.path.join(os.path.dirname(parts[0]), "together.json")
+    index(together, parts)
+    assert open(together[: -len(".json")] + ".tables", "rb").read() == open(checked.tables.location, "rb").read()
+
+
+def test_index_refuses_a_shard_whose_tables_are_damaged_naming_it(dataset):
+    parts, manifest, whole = dataset
+    with beton.Reader(parts[3]) as reader:
+        offset = int(reader.header["allocation_table"]["offset"])
+    with open(parts[3], "r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)
+        file.seek(offset)
+        file.write(bytes([byte[0] ^ 1]))
+    target = os.path.join(os.path.dirname(parts[0]), "again.json")
+    with pytest.raises(CorruptDataError, match="allocation table") as raised:
+        index(target, parts)
+    assert raised.value.path == parts[3]
+    assert not os.path.exists(target) and not os.path.exists(target[: -len(".json")] + ".tables")
