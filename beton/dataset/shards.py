@@ -93,9 +93,11 @@ def _one_file_manifests(paths: list[str], remote: RemoteOptions | None) -> dict[
     """A manifest of one shard per file, from its header and field table. URLs are read several at once (each costs
     a few round trips), local files one after the other."""
 
+    parsed: dict = {}  # the field tables parsed: the files of one writer share one
+
     def one(path: str) -> Manifest:
         try:
-            head = read_head(path, remote=remote)
+            head = read_head(path, remote=remote, parsed=parsed)
         except FileNotFoundError as error:
             if isinstance(error, BetonError):
                 raise
@@ -198,7 +200,6 @@ def index(output: str | os.PathLike[str], source: Source, *, verify: bool = Fals
         raise ValueError(f"a manifest file's name ends in .json (that is how readers tell it from a beton file), "
                          f"got {output!r}")
     manifest = dataclasses.replace(dataset_manifest(source, remote=remote), tables=None)  # every shard is read
-    manifest.to_json(output)  # ValueError for a shard the manifest cannot list, before any shard is read
     if verify or any(map(is_url, manifest.shards.locations)):
         rows = []
         for number, shard in enumerate(manifest.shards):
