@@ -2,11 +2,11 @@
 shards opens by reading two files rather than 100,000.
 
 A :class:`~beton.dataset.union.ShardedDataset` needs every shard's data and allocation tables and page geometry
-before its first batch (the orders and the memory layers read them for every sample). Without a tables file it
-reads them from every shard (:mod:`beton.dataset.shard_tables`): one visit per file, minutes for 100,000 shards on
-a network file system or a store. ``beton index`` (:func:`beton.dataset.shards.index`) therefore also writes
-``<manifest>.tables`` (``train.json`` -> ``train.tables``) and records its SHA-256 in the manifest, which pins it
-as it pins each shard's header.
+before its first batch (the orders and the memory layers read them for every sample). Without a tables file it reads
+them from every shard (:mod:`beton.dataset.shard_tables`): one visit per file, minutes for 100,000 shards on a
+network file system or a store. ``beton index`` (:func:`beton.dataset.shards.index`) and ``beton.ray`` therefore
+also write ``<manifest>.tables`` (``train.json`` -> ``train.tables``) and record its SHA-256 in the manifest, which
+pins it as it pins each shard's header.
 
 The file is itself a beton file (so it is read, bounded and checked by the machinery every beton file goes
 through), one sample per shard, in order: the shard's size, page count, page size, heap offset and size, whether
@@ -15,12 +15,14 @@ metadata and page digests (bytes, as the shard stores them). Its file-level meta
 header and field table, from which the dataset's fields are built. A tables file is written only where every
 shard's field table is byte for byte the first shard's (what one writer's shards have).
 
-Reading it (:func:`read_tables_file`) is untrusted input like any file: its SHA-256 must be the manifest's, its
-fields these, one sample per shard, each table's size what the manifest's counts and the first shard's fields
-make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's header the
-one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is opened: each
-is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its header's
-SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
+Beside a manifest at a URL it is at a URL too: written locally and uploaded before the manifest, fetched whole
+(bounded by its reported size, retried as every remote read) and read from a local copy once its SHA-256 is the
+manifest's. Reading it (:func:`read_tables_file`) is untrusted input like any file: its SHA-256 must be the
+manifest's, its fields these, one sample per shard, each table's size what the manifest's counts and the first
+shard's fields make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's
+header the one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is
+opened: each is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its
+header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
 file's, or a :class:`~beton.errors.ShardError` names it before any of its pages is used.
 """
 
