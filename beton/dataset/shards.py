@@ -24,6 +24,8 @@ import concurrent.futures
 import dataclasses
 import glob
 import os
+import random
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Union
@@ -31,10 +33,10 @@ from typing import Union
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
-from beton.dataset.tables_file import tables_file_name, tables_row, write_tables_file
+from beton.dataset.tables_file import local_tables_row, tables_row, write_indexed_manifest
 from beton.storage.reader import read_head
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
-from beton.storage.remote.fetch import import_fsspec
+from beton.storage.remote.fetch import backoff, filesystem, with_retries
 from beton.storage.verify import verify_reader
 
 __all__ = ["dataset_manifest", "index", "is_manifest_name", "names_one_file", "Source"]
@@ -91,9 +93,11 @@ def _one_file_manifests(paths: list[str], remote: RemoteOptions | None) -> dict[
     """A manifest of one shard per file, from its header and field table. URLs are read several at once (each costs
     a few round trips), local files one after the other."""
 
+    parsed: dict = {}  # the field tables parsed: the files of one writer share one
+
     def one(path: str) -> Manifest:
         try:
-            head = read_head(path, remote=remote)
+            head = read_head(path, remote=remote, parsed=parsed)
         except FileNotFoundError as error:
             if isinstance(error, BetonError):
                 raise
@@ -159,8 +163,16 @@ def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     if not _is_glob(item):
         return [item]
     if is_url(item):
-        fs, pattern = import_fsspec().core.url_to_fs(item, **dict(remote_or_default(remote).storage_options))
-        matches = [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+        options = remote_or_default(remote)
+        jitter = random.Random()  # spreads the retries of many machines listing at once
+
+        def listing(fresh: bool) -> list[str]:
+            fs, pattern = filesystem(item, options)
+            return [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+
+        matches = with_retries(listing, options, item, "listing the files of the glob",
+                               lambda number: time.sleep(backoff(options, number, jitter.random())),
+                               missing="no such bucket or folder")
     else:
         matches = sorted(glob.glob(item))
     if not matches:
@@ -173,26 +185,33 @@ def index(output: str | os.PathLike[str], source: Source, *, verify: bool = Fals
     """``beton index``: write the manifest file ``output`` (a path or URL ending in ``.json``) for the shards
     ``source`` names, in that order, and return the manifest.
 
-    Every shard is opened and validated as a Reader validates a file (header, every table, every record against its
-    field); with ``verify`` every page's CRC32 is checked too (``beton verify`` of each shard). Shards are listed
-    relative to the manifest where they lie in its directory or below, else by URL; a local shard elsewhere is a
-    ValueError (see :mod:`beton.dataset.manifest` for why). ``remote``: how shards, manifests and ``output`` at
-    URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest returned.
+    Every shard is validated as a Reader validates a file (header, every table, every record against its field):
+    local shards all at once, as a union of them opens (:class:`~beton.dataset.union.ShardedDataset`: files read
+    in batches, checks run as arrays, seconds for 100,000 small shards), URLs one by one as Readers. With
+    ``verify`` every shard is opened as a Reader and every page's CRC32 checked too (``beton verify`` of each
+    shard). Shards are listed relative to the manifest where they lie in its directory or below, else by URL; a
+    local shard elsewhere is a ValueError (see :mod:`beton.dataset.manifest` for why). The manifest's tables file
+    is written beside it (:func:`~beton.dataset.tables_file.write_indexed_manifest`). ``remote``: how shards,
+    manifests and ``output`` at URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the
+    manifest returned.
     """
     output = os.fspath(output)
     if not is_manifest_name(output):
         raise ValueError(f"a manifest file's name ends in .json (that is how readers tell it from a beton file), "
                          f"got {output!r}")
-    manifest = dataset_manifest(source, remote=remote)
-    rows = []
-    for number, shard in enumerate(manifest.shards):
-        with manifest.open_shard(number, custom_fields=custom_fields) as reader, error_context(path=shard.location):
-            if verify:
-                verify_reader(reader)
-            rows.append(tables_row(reader))
-    manifest.to_json(output)  # ValueError for a shard the manifest cannot list, before anything is written
-    # the tables file is written before the manifest that pins it (a URL's manifest gets none: see docs/shards.md)
-    tables = None if is_url(output) else write_tables_file(tables_file_name(output), rows)
-    manifest = dataclasses.replace(manifest, tables=tables)
-    manifest.write(output)
-    return dataclasses.replace(manifest, source=output)
+    manifest = dataclasses.replace(dataset_manifest(source, remote=remote), tables=None)  # every shard is read
+    if verify or any(map(is_url, manifest.shards.locations)):
+        rows = []
+        for number, shard in enumerate(manifest.shards):
+            with manifest.open_shard(number, custom_fields=custom_fields) as reader, \
+                    error_context(path=shard.location):
+                if verify:
+                    verify_reader(reader)
+                rows.append(tables_row(reader))
+    else:
+        # the union builds on this module, so it is imported here, where it is used
+        from beton.dataset.union import ShardedDataset
+
+        ShardedDataset(manifest, custom_fields=custom_fields).close()  # raises for the first shard that fails
+        rows = [local_tables_row(manifest, number) for number in range(len(manifest.shards))]
+    return write_indexed_manifest(manifest, output, rows)

@@ -2,11 +2,11 @@
 shards opens by reading two files rather than 100,000.
 
 A :class:`~beton.dataset.union.ShardedDataset` needs every shard's data and allocation tables and page geometry
-before its first batch (the orders and the memory layers read them for every sample). Without a tables file it
-reads them from every shard (:mod:`beton.dataset.shard_tables`): one visit per file, minutes for 100,000 shards on
-a network file system or a store. ``beton index`` (:func:`beton.dataset.shards.index`) therefore also writes
-``<manifest>.tables`` (``train.json`` -> ``train.tables``) and records its SHA-256 in the manifest, which pins it
-as it pins each shard's header.
+before its first batch (the orders and the memory layers read them for every sample). Without a tables file it reads
+them from every shard (:mod:`beton.dataset.shard_tables`): one visit per file, minutes for 100,000 shards on a
+network file system or a store. ``beton index`` (:func:`beton.dataset.shards.index`) and ``beton.ray`` therefore
+also write ``<manifest>.tables`` (``train.json`` -> ``train.tables``) and record its SHA-256 in the manifest, which
+pins it as it pins each shard's header.
 
 The file is itself a beton file (so it is read, bounded and checked by the machinery every beton file goes
 through), one sample per shard, in order: the shard's size, page count, page size, heap offset and size, whether
@@ -15,12 +15,14 @@ metadata and page digests (bytes, as the shard stores them). Its file-level meta
 header and field table, from which the dataset's fields are built. A tables file is written only where every
 shard's field table is byte for byte the first shard's (what one writer's shards have).
 
-Reading it (:func:`read_tables_file`) is untrusted input like any file: its SHA-256 must be the manifest's, its
-fields these, one sample per shard, each table's size what the manifest's counts and the first shard's fields
-make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's header the
-one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is opened: each
-is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its header's
-SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
+Beside a manifest at a URL it is at a URL too: written locally and uploaded before the manifest, fetched whole
+(bounded by its reported size, retried as every remote read) and read from a local copy once its SHA-256 is the
+manifest's. Reading it (:func:`read_tables_file`) is untrusted input like any file: its SHA-256 must be the
+manifest's, its fields these, one sample per shard, each table's size what the manifest's counts and the first
+shard's fields make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's
+header the one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is
+opened: each is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its
+header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
 file's, or a :class:`~beton.errors.ShardError` names it before any of its pages is used.
 """
 
@@ -28,23 +30,28 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import tempfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from beton.errors import CorruptDataError, FormatError, ShardError, error_context, locate
+from beton.errors import BetonError, CorruptDataError, FormatError, ShardError, error_context, locate
 from beton.fields import BytesField
 from beton.fields.base import Field
-from beton.dataset.manifest import Manifest, TablesFile, field_specs
+from beton.dataset.manifest import Manifest, TablesFile, field_specs, header_digest
 from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
 from beton.storage import format as fmt
 from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote.fetch import RangeFetcher
+from beton.storage.remote.upload import upload_file
 from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
                                   table_names)
 
-__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "TablesRow", "write_tables_file",
-           "read_tables_file", "OpenedTables"]
+__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow", "write_tables_file",
+           "write_indexed_manifest", "read_tables_file", "OpenedTables"]
 
 TABLES_KIND = "beton shard tables"
 _BLOBS = ("header", "data_table", "allocation_table", "metadata", "digest_table")
@@ -69,16 +76,51 @@ class TablesRow:
 
 def tables_row(reader: Reader) -> TablesRow:
     """The tables file's row of an open, validated shard (read while it is open; it may be closed after)."""
-    present = table_names(reader.header)
-    return TablesRow(tuple(reader.header.tobytes() if name == "header" else
-                           _table(reader, name) if name in present else b"" for name in _BLOBS),
-                     _table(reader, "field_table"))
+    return _row(reader.header, reader.header.tobytes(),
+                lambda offset, size: bytes(reader.file_map[offset : offset + size]))
 
 
-def write_tables_file(location: str, rows: Sequence[TablesRow]) -> TablesFile | None:
+def local_tables_row(manifest: Manifest, number: int) -> TablesRow:
+    """The tables file's row of local shard ``number`` of ``manifest``, read from its file (a few reads, no map):
+    for shards already validated (``beton index`` opens them together as a union first). A ShardError names a
+    shard whose header is no longer the one the manifest lists, or that is shorter than its header says (it
+    changed since it was validated)."""
+    shard = manifest.shards[number]
+    changed = f"shard {number} changed while it was indexed: run `beton index` again"
+    with error_context(path=shard.location):
+        descriptor = os.open(shard.location, os.O_RDONLY)
+        try:
+            raw = os.pread(descriptor, fmt.HEADER_SIZE, 0)
+            if header_digest(raw) != shard.header_sha256:
+                raise ShardError(changed)
+            header = np.frombuffer(raw, fmt.HEADER_DTYPE)[0]
+
+            def read(offset: int, size: int) -> bytes:
+                data = os.pread(descriptor, size, offset)
+                if len(data) != size:
+                    raise ShardError(changed)
+                return data
+
+            return _row(header, raw, read)
+        finally:
+            os.close(descriptor)
+
+
+def _row(header: np.void, raw_header: bytes, read: Callable[[int, int], bytes]) -> TablesRow:
+    """A shard's row from its ``header`` (and its bytes), its tables read where the header says they lie."""
+    present = table_names(header)
+
+    def table(name: str) -> bytes:
+        return read(int(header[name]["offset"]), int(header[name]["size"]))
+
+    return TablesRow(tuple(raw_header if name == "header" else table(name) if name in present else b""
+                           for name in _BLOBS), table("field_table"))
+
+
+def write_tables_file(location: str, rows: Sequence[TablesRow]) -> str | None:
     """Write the tables file of the shards whose rows are ``rows`` (in order) at ``location`` (a local path), and
-    return what the manifest records of it; None, writing nothing, where a shard's field table differs from the
-    first's in its bytes (those shards are read one by one when the dataset opens)."""
+    return its SHA-256 (hex), which the manifest records; None, writing nothing, where a shard's field table differs
+    from the first's in its bytes (those shards are read one by one when the dataset opens)."""
     from beton.storage.writer import DatasetWriter  # the writing side, only for `beton index`
 
     first = rows[0]
@@ -88,13 +130,30 @@ def write_tables_file(location: str, rows: Sequence[TablesRow]) -> TablesFile | 
     DatasetWriter(location, TABLE_FIELDS, metadata=metadata, num_workers=0, progress=False).from_indexed_dataset(
         [row.row for row in rows])
     with open(location, "rb") as file:
-        return TablesFile(location, hashlib.file_digest(file, "sha256").hexdigest())
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def _table(reader: Reader, name: str) -> bytes:
-    reference = reader.header[name]
-    offset, size = int(reference["offset"]), int(reference["size"])
-    return bytes(reader.file_map[offset : offset + size])
+def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[TablesRow],
+                           remote: RemoteOptions | None = None) -> Manifest:
+    """Write the manifest file ``output`` (a path or URL) of ``manifest`` with its tables file (``rows``: each
+    shard's :func:`tables_row`, in order) beside it, and return the manifest as written (``source`` and ``tables``
+    set). What ``beton index`` and ``beton.ray`` write. The tables file is written first, since the manifest pins
+    it; at a URL it is written locally and uploaded whole (:func:`~beton.storage.remote.upload.upload_file`, within
+    the retry budget of ``remote``, default the manifest's own), as the manifest is. A shard the manifest cannot
+    list is a ValueError before anything is written."""
+    manifest.to_json(output)
+    location = tables_file_name(output)
+    if is_url(output):
+        with tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
+            local = os.path.join(directory, "manifest.tables")
+            sha256 = write_tables_file(local, rows)
+            if sha256 is not None:
+                upload_file(local, location, remote_or_default(remote if remote is not None else manifest.remote))
+    else:
+        sha256 = write_tables_file(location, rows)
+    written = dataclasses.replace(manifest, tables=None if sha256 is None else TablesFile(location, sha256))
+    written.write(output, remote=remote)
+    return dataclasses.replace(written, source=output)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -108,23 +167,63 @@ class OpenedTables:
     first: FirstShard
 
 
-def read_tables_file(manifest: Manifest, verify_content: bool | None) -> OpenedTables:
-    """The tables file ``manifest.tables`` (a local path), checked as the module docstring says: a FormatError
-    naming it (and the shard) for anything else, a ShardError where ``verify_content`` asks for digests a shard
-    lacks. ``verify_content`` as :meth:`~beton.dataset.manifest.Manifest.content_checks` gives it."""
+def read_tables_file(manifest: Manifest, verify_content: bool | None,
+                     remote: RemoteOptions | None = None) -> OpenedTables:
+    """The tables file ``manifest.tables`` (a path, or a URL reached as ``remote`` says, default the manifest's
+    own), checked as the module docstring says: a FormatError naming it (and the shard) for anything else, a
+    ShardError where ``verify_content`` asks for digests a shard lacks. ``verify_content`` as
+    :meth:`~beton.dataset.manifest.Manifest.content_checks` gives it.
+
+    At a URL the file is fetched whole (by the bounded, retried range reads of any remote file: memory bounded by
+    its reported size), its SHA-256 checked, and then read from a local temporary file as a local one is."""
+    listed = manifest.tables
+    assert listed is not None
+    if not is_url(listed.location):
+        return _read_tables_file(manifest, listed.location, verify_content)
+    with error_context(path=listed.location):
+        try:
+            fetcher = RangeFetcher(listed.location, remote_or_default(remote if remote is not None else
+                                                                      manifest.remote))
+            content = fetcher.fetch(0, fetcher.size, "the tables file")
+        except FileNotFoundError as error:
+            raise _missing(error) from None
+        _check_sha256(content, listed.sha256)
+        with tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
+            local = os.path.join(directory, "manifest.tables")
+            with open(local, "wb") as file:
+                file.write(content)
+            del content
+            try:
+                return _read_tables_file(manifest, local, verify_content)
+            except BetonError as error:
+                if getattr(error, "path", None) == local:  # the file the user knows is the URL
+                    error.path = listed.location
+                raise
+
+
+def _missing(error: BaseException) -> FormatError:
+    return FormatError(f"the manifest's tables file is missing ({error}); run `beton index` again, or remove "
+                       "\"tables\" from the manifest to read every shard's tables instead")
+
+
+def _check_sha256(content: bytes, expected: str) -> None:
+    if hashlib.sha256(content).hexdigest() != expected:
+        raise FormatError("the tables file is not the one the manifest lists: its SHA-256 differs (the file changed "
+                          "since `beton index` wrote it; run it again)")
+
+
+def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None) -> OpenedTables:
+    """:func:`read_tables_file` of the local file ``path`` (the manifest's tables file, or a copy of it)."""
     listed = manifest.tables
     assert listed is not None
     with error_context(path=listed.location):
         try:
-            reader = Reader(listed.location, max_image_pixels=None)
+            reader = Reader(path, max_image_pixels=None)
         except FileNotFoundError as error:
-            raise FormatError(f"the manifest's tables file is missing ({error}); run `beton index` again, or "
-                              "remove \"tables\" from the manifest to read every shard's tables instead") from None
+            raise _missing(error) from None
         with reader:
             content = reader.file_map.tobytes()  # what is hashed is what is used
-            if hashlib.sha256(content).hexdigest() != listed.sha256:
-                raise FormatError("the tables file is not the one the manifest lists: its SHA-256 differs (the "
-                                  "file changed since `beton index` wrote it; run it again)")
+            _check_sha256(content, listed.sha256)
             names = [(d.name, d.type_name) for d in reader.descriptors.values()]
             if names != [(name, field.type_name) for name, field in TABLE_FIELDS.items()] or \
                     reader.metadata.get("kind") != TABLES_KIND:

@@ -184,8 +184,8 @@ class ShardedDataset(TableNames):
         self._content_checks = manifest.content_checks(verify_content)
         #: shards whose tables came from the manifest's tables file and whose files are not yet compared with them
         self._unchecked: np.ndarray | None = None
-        if manifest.tables is not None and not is_url(manifest.tables.location):
-            opened = read_tables_file(manifest, self._content_checks)
+        if manifest.tables is not None:
+            opened = read_tables_file(manifest, self._content_checks, self._remote)
             self.format = f"beton v{int(opened.header['version'])}"
             self.max_image_pixels = (max_image_pixels_from_environment() if max_image_pixels == "environment"
                                      else max_image_pixels)

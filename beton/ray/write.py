@@ -13,7 +13,10 @@ How a write goes (:class:`BetonDatasink`, used by :func:`write_dataset` or ``ds.
    contents are fixed for a given dataset when blocks reach the write in order (``preserve_order``, which
    :func:`write_dataset` sets on a copy of the dataset).
 3. When every task has ended, the driver writes the manifest (``beton index``'s format) last: it lists each
-   shard with its sample count and header SHA-256, in task order. A write that fails writes no manifest.
+   shard with its sample count and header SHA-256, in task order, with its tables file beside it (each shard's
+   header and tables, which each task read back from the shard it wrote:
+   :func:`~beton.dataset.tables_file.write_indexed_manifest`, what ``beton index`` writes), so that the dataset
+   opens without reading every shard. A write that fails writes no manifest.
 
 Shard *k* is byte for byte ``DatasetWriter(path, fields, seed=seed, page_size=..., metadata=...)
 .from_iterable(rows of task k)``: anything random in encoding is keyed by (seed, place in the shard, field), so it
@@ -38,11 +41,12 @@ from ray.data.datasource import Datasink, WriteResult
 
 from beton.dataset.manifest import FieldSpec, Manifest, field_specs, header_digest
 from beton.dataset.shards import is_manifest_name
+from beton.dataset.tables_file import TablesRow, tables_file_name, tables_row, write_indexed_manifest
 from beton.errors import FieldError, WriterError, locate
 from beton.fields import JSONField, TorchTensorField
 from beton.fields.base import Field
 from beton.storage import format as fmt
-from beton.storage.reader import read_head
+from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions, is_url
 from beton.storage.writer import DatasetWriter
 
@@ -52,13 +56,14 @@ __all__ = ["BetonDatasink", "ShardWritten", "write_dataset"]
 @dataclasses.dataclass(frozen=True)
 class ShardWritten:
     """What one write task returns to the driver: its task index, the shard's location, sample count, the SHA-256
-    of its header and its fields."""
+    of its header, its fields and its row of the manifest's tables file."""
 
     number: int
     location: str
     num_samples: int
     header_sha256: str
     fields: tuple[FieldSpec, ...]
+    tables: TablesRow
 
 
 class BetonDatasink(Datasink):
@@ -131,9 +136,9 @@ class BetonDatasink(Datasink):
             return None
         location = self._location(self.shard_name(ctx.task_idx))
         _writer(location, self._fields, self._options).from_iterable(_chain(first, rows))
-        head = read_head(location, remote=self.remote)
-        return ShardWritten(ctx.task_idx, location, head.num_samples, header_digest(head.header),
-                            field_specs(head.descriptors))
+        with Reader(location, remote=self.remote) as reader:  # read back, and checked, as `beton index` reads it
+            return ShardWritten(ctx.task_idx, location, reader.num_samples, header_digest(reader.header.tobytes()),
+                                field_specs(reader.descriptors), tables_row(reader))
 
     def on_write_complete(self, write_result: WriteResult) -> None:
         """On the driver, after every task: the manifest, written last."""
@@ -147,22 +152,23 @@ class BetonDatasink(Datasink):
         manifest = Manifest.of([(result.location, result.num_samples, result.header_sha256) for result in written],
                                written[0].fields)
         manifest = dataclasses.replace(manifest, remote=self.remote)
-        manifest.write(self.manifest_location)
-        self.manifest = dataclasses.replace(manifest, source=self.manifest_location)
+        self.manifest = write_indexed_manifest(manifest, self.manifest_location,
+                                               [result.tables for result in written])
 
     def get_name(self) -> str:
         return "Beton"
 
     def _clear_local_output(self) -> None:
         pattern = re.compile(re.escape(self.prefix) + r"-\d{6,}\.beton")
+        tables = tables_file_name(self.manifest_name)
         found = [name for name in sorted(os.listdir(self.output))
-                 if name == self.manifest_name or pattern.fullmatch(name)]
+                 if name in (self.manifest_name, tables) or pattern.fullmatch(name)]
         if not found:
             return
         if not self.overwrite:
             raise locate(WriterError(f"already holds {', '.join(found[:3])}{' ...' if len(found) > 3 else ''} of "
                                      "another write; overwrite=True removes them first"), path=self.output)
-        for name in [self.manifest_name, *found]:  # the manifest first: it never names a missing shard
+        for name in [self.manifest_name, tables, *found]:  # the manifest first: it never names a missing file
             try:
                 os.unlink(os.path.join(self.output, name))
             except FileNotFoundError:

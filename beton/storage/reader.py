@@ -385,11 +385,14 @@ class FileHead:
     descriptors: dict[str, FieldDescriptor]
 
 
-def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> FileHead:
+def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None,
+              parsed: dict[tuple[bytes, int, int], dict[str, FieldDescriptor]] | None = None) -> FileHead:
     """The header and field table of a beton file (a path or URL), checked as :class:`Reader` checks them (magic,
     version, header CRC32, the layout against the file's size, the field table's CRC32 and contents) without
     reading the other tables: what a manifest records of a shard, for the cost of two small reads. FFCV files
-    carry no checksums and are refused (FormatError). ``remote``: as for :class:`Reader`."""
+    carry no checksums and are refused (FormatError). ``remote``: as for :class:`Reader`. ``parsed``: field tables
+    parsed before (their bytes and the header's field counts: the descriptors), which this call reuses and adds
+    to: the shards of one writer share one field table, parsed once rather than once a shard."""
     path = os.fspath(path)
     options = remote_or_default(remote)
     with error_context(path=path):
@@ -398,13 +401,13 @@ def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
                 file_map = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
             except ValueError:  # numpy refuses to map an empty file
                 raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
-            return _head(path, file_map)
+            return _head(path, file_map, parsed)
         opened = RemoteFile(path, options)
         try:
             attempt = 0
             while True:
                 try:
-                    return _head(path, opened.structure())
+                    return _head(path, opened.structure(), parsed)
                 except CorruptDataError:  # a byte damaged on the way: fetched again, as the Reader does
                     if attempt == options.retries:
                         raise
@@ -414,7 +417,8 @@ def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
             opened.close()
 
 
-def _head(path: str, file_map: np.ndarray) -> FileHead:
+def _head(path: str, file_map: np.ndarray,
+          parsed: dict[tuple[bytes, int, int], dict[str, FieldDescriptor]] | None) -> FileHead:
     if bytes(file_map[: len(fmt.MAGIC)]) != fmt.MAGIC and len(file_map) >= fmt.HEADER_SIZE \
             and ffcv_format.structure_problem(file_map) is None:
         raise FormatError("an FFCV file carries no checksums, so it cannot be listed as a shard or merged: convert "
@@ -426,7 +430,11 @@ def _head(path: str, file_map: np.ndarray) -> FileHead:
     blob = file_map[offset : offset + size]
     if zlib.crc32(blob) != int(ref["crc32"]):
         raise CorruptDataError(f"checksum of the field table does not match (offset {offset})")
-    descriptors = {d.name: d for d in parse_field_table(blob, header)}
+    key = (blob.tobytes(), int(header["num_fields"]), int(header["num_payload_fields"]))
+    known = None if parsed is None else parsed.get(key)
+    descriptors = dict(known) if known is not None else {d.name: d for d in parse_field_table(blob, header)}
+    if parsed is not None and known is None:
+        parsed[key] = dict(descriptors)
     return FileHead(path, header.tobytes(), int(header["num_samples"]), int(header["page_size"]), descriptors)
 
 

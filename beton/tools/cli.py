@@ -409,9 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     indexing = commands.add_parser("index", help="write a manifest of shards written apart",
                                    description="List shards (beton files written apart, e.g. with "
                                                "from_indexed_dataset(shard=(k, n))) in a manifest: their order, "
-                                               "sample counts, header hashes and fields, which must agree. Beside a "
-                                               "local OUT.json it also writes OUT.tables, every shard's tables in one "
-                                               "file, so that the dataset opens without reading its shards.")
+                                               "sample counts, header hashes and fields, which must agree. Beside "
+                                               "OUT.json (a path or URL) it also writes OUT.tables, every shard's "
+                                               "tables in one file, so that the dataset opens without reading its "
+                                               "shards.")
     indexing.add_argument("output", metavar="OUT.json", help="the manifest to write (a path or URL ending in .json)")
     indexing.add_argument("shards", nargs="+", metavar="SHARD",
                           help="shards in order: paths, URLs, globs (sorted by name) or manifests")

@@ -21,7 +21,7 @@ import beton
 from beton import Loader, OrderOption
 from beton.dataset import index
 from beton.dataset.union import ShardedDataset, open_dataset
-from beton.errors import FormatError, ShardError, ShardNotFoundError
+from beton.errors import CorruptDataError, FormatError, ShardError, ShardNotFoundError
 from beton.fields import BytesField, IntField
 
 from conftest import write
@@ -64,6 +64,17 @@ def without_tables(manifest: str) -> str:
     with open(path, "w") as file:
         json.dump(document, file)
     return path
+
+
+def overwrite_table(path: str, table: str, new) -> None:
+    """Write ``new(its first 8 bytes)`` over the start of ``table`` in the file ``path``, its header kept."""
+    with beton.Reader(path) as reader:
+        offset = int(reader.header[table]["offset"])
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        replacement = new(file.read(8))
+        file.seek(offset)
+        file.write(replacement)
 
 
 def test_index_writes_the_tables_file_and_pins_it(dataset):
@@ -171,12 +182,27 @@ def test_a_shard_whose_tables_differ_from_its_header_is_refused_when_first_opene
     # the header (and so its SHA-256, which the manifest lists) kept, a label in the data table changed: the
     # tables file holds what the header names, the file does not
     parts, manifest, whole = dataset
-    with beton.Reader(parts[3]) as reader:
-        offset = int(reader.header["data_table"]["offset"])
-    with open(parts[3], "r+b") as file:
-        file.seek(offset)
-        file.write(np.int64(-1).tobytes())
+    overwrite_table(parts[3], "data_table", lambda old: np.int64(-1).tobytes())
     with Loader(manifest, batch_size=4) as loader, pytest.raises(ShardError, match="data table") as raised:
         for _ in loader:
             pass
     assert raised.value.path == parts[3]
+
+
+def test_index_of_local_shards_together_writes_what_shard_by_shard_readers_write(dataset, tmp_path):
+    parts, manifest, whole = dataset
+    # verify=True opens each shard as a Reader (and checks its pages); without, the shards are read together
+    checked = index(tmp_path / "checked.json", parts, verify=True)
+    together = os.path.join(os.path.dirname(parts[0]), "together.json")
+    index(together, parts)
+    assert open(together[: -len(".json")] + ".tables", "rb").read() == open(checked.tables.location, "rb").read()
+
+
+def test_index_refuses_a_shard_whose_tables_are_damaged_naming_it(dataset):
+    parts, manifest, whole = dataset
+    overwrite_table(parts[3], "allocation_table", lambda old: bytes([old[0] ^ 1]))
+    target = os.path.join(os.path.dirname(parts[0]), "again.json")
+    with pytest.raises(CorruptDataError, match="allocation table") as raised:
+        index(target, parts)
+    assert raised.value.path == parts[3]
+    assert not os.path.exists(target) and not os.path.exists(target[: -len(".json")] + ".tables")

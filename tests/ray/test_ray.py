@@ -3,6 +3,7 @@ tasks, read back by a datasource. Skipped without the extra (pip install "beton[
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -23,6 +24,7 @@ import simplejpeg  # noqa: E402
 
 from beton import DatasetWriter, Reader  # noqa: E402
 from beton.dataset import dataset_manifest, read_manifest  # noqa: E402
+from beton.dataset.union import open_dataset  # noqa: E402
 from beton.errors import FieldError  # noqa: E402
 from beton.fields import (BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField,  # noqa: E402
                           RGBImageField, TorchTensorField)
@@ -196,13 +198,13 @@ def test_fields_and_columns_are_checked_before_any_task_writes(local_ray, tmp_pa
 def test_an_output_holding_another_write_is_refused_unless_overwrite(written, tmp_path):
     output, _ = written
     small = ray.data.from_items([{"label": 1}], override_num_blocks=1)
-    with pytest.raises(Exception, match="already holds manifest.json, part-000000.beton"):
+    with pytest.raises(Exception, match="already holds manifest.json, manifest.tables, part-000000.beton"):
         write_dataset(small, output, {"label": IntField()})
     target = tmp_path / "again"
     write_dataset(_dataset(), target, _fields(), page_size=1024)
     sink = BetonDatasink(target, {"label": IntField()}, overwrite=True)
     small.write_datasink(sink)  # the datasink as Ray users write it
-    assert sorted(os.listdir(target)) == ["manifest.json", "part-000000.beton"]
+    assert sorted(os.listdir(target)) == ["manifest.json", "manifest.tables", "part-000000.beton"]
     assert sink.manifest == read_manifest(target / "manifest.json")
     assert sink.manifest.num_samples == 1
 
@@ -235,6 +237,20 @@ def test_sample_ranges_cover_every_sample_in_order_within_shards(counts, paralle
         (number, index) for number, count in enumerate(counts) for index in range(count)]
     assert all(start < end for _, start, end in ranges)
     assert len(ranges) <= parallelism + len(counts)
+
+
+def test_the_manifest_pins_a_tables_file_so_the_dataset_opens_without_its_shards(written):
+    output, manifest = written
+    tables = output / "manifest.tables"
+    assert manifest.tables is not None and manifest.tables.location == str(tables)
+    assert hashlib.sha256(tables.read_bytes()).hexdigest() == manifest.tables.sha256
+    last = manifest.shards[2].location
+    os.rename(last, last + ".away")
+    try:
+        with open_dataset(str(output / "manifest.json")) as opened:  # the manifest and its tables file only
+            assert opened.num_samples == 90 and opened.page_size == 1024
+    finally:
+        os.rename(last + ".away", last)
 
 
 def test_the_manifest_opens_in_a_loader(written):

@@ -4,7 +4,9 @@ errors at once), identity by ETag and size, stale cached versions removed, missi
 
 from __future__ import annotations
 
+import hashlib
 import http.server
+import json
 import os
 import socket
 import tempfile
@@ -18,7 +20,9 @@ pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' ext
 import beton  # noqa: E402
 from beton.dataset.merge import merge  # noqa: E402
 from beton.dataset.shards import dataset_manifest, index  # noqa: E402
-from beton.errors import BetonError, DatasetError, ShardNotFoundError, StorageError, WriterError  # noqa: E402
+from beton.dataset.union import open_dataset  # noqa: E402
+from beton.errors import (BetonError, DatasetError, FormatError, ShardNotFoundError, StorageError,  # noqa: E402
+                          WriterError)
 from beton.storage.remote import RemoteOptions  # noqa: E402
 from beton.storage.verify import verify_reader  # noqa: E402
 from conftest import MIXED_FIELDS, ListDataset, mixed_sample, write  # noqa: E402
@@ -336,3 +340,49 @@ def test_missing_credentials_fail_at_once(store, monkeypatch, tmp_path):
     unsigned = {"endpoint_url": options["endpoint_url"]}
     with pytest.raises(StorageError, match="failed: NoCredentialsError"):
         beton.Reader("s3://objects/any.beton", remote=remote(unsigned, retries=3, backoff=1.0))
+
+
+# ---- a manifest in a bucket with its tables file --------------------------------------------------------------------
+
+def _served(source, options, **settings) -> list[tuple]:
+    """Each sample's label, score and array, as a Loader serves them."""
+    with beton.Loader(source, batch_size=16, remote=remote(options), pipelines={"blob": None, "meta": None},
+                      **settings) as loader:
+        return [(label, score, array) for labels, scores, arrays in loader
+                for label, score, array in zip(labels.flatten().tolist(), scores.flatten().tolist(), arrays.tolist())]
+
+
+def test_a_manifest_in_a_bucket_opens_from_its_tables_file(store, staging):
+    fs, options = store
+    for k in range(3):
+        writer(f"s3://objects/tabled/part-{k}.beton", options).from_indexed_dataset(ListDataset(SAMPLES), shard=(k, 3))
+    index("s3://objects/tabled/shards.json", "s3://objects/tabled/part-*.beton", remote=remote(options))
+    fs.invalidate_cache()
+    listed = json.loads(fs.cat_file("objects/tabled/shards.json"))["tables"]
+    assert listed["path"] == "shards.tables"  # beside the manifest, pinned by its SHA-256
+    assert hashlib.sha256(fs.cat_file("objects/tabled/shards.tables")).hexdigest() == listed["sha256"]
+    assert os.listdir(staging) == []
+    expected = _served("s3://objects/tabled/part-*.beton", options)  # every shard's tables read
+    assert _served("s3://objects/tabled/shards.json", options) == expected
+    assert [label for label, _, _ in expected] == [sample[0] for sample in SAMPLES]
+    fs.rm("objects/tabled/part-2.beton")  # opening reads the manifest and its tables file only
+    first = 2 * NUM_SAMPLES // 3
+    assert _served("s3://objects/tabled/shards.json", options, indices=list(range(first))) == expected[:first]
+    with open_dataset("s3://objects/tabled/shards.json", remote=remote(options)) as opened:
+        assert [value for (value,) in opened.data_table["label"].tolist()] == [sample[0] for sample in SAMPLES]
+
+
+def test_a_tampered_tables_object_is_refused(store, staging):
+    fs, options = store
+    writer("s3://objects/tampered/part-0.beton", options).from_indexed_dataset(ListDataset(SAMPLES[:10]))
+    index("s3://objects/tampered/shards.json", ["s3://objects/tampered/part-0.beton"], remote=remote(options))
+    data = bytearray(fs.cat_file("objects/tampered/shards.tables"))
+    data[len(data) // 2] ^= 1
+    fs.pipe_file("objects/tampered/shards.tables", bytes(data))
+    with pytest.raises(FormatError, match="SHA-256 differs") as caught:
+        open_dataset("s3://objects/tampered/shards.json", remote=remote(options))
+    assert caught.value.path == "s3://objects/tampered/shards.tables"
+    fs.rm("objects/tampered/shards.tables")
+    with pytest.raises(FormatError, match="tables file is missing") as caught:
+        open_dataset("s3://objects/tampered/shards.json", remote=remote(options))
+    assert caught.value.path == "s3://objects/tampered/shards.tables"

@@ -1,0 +1,85 @@
+"""Manifest files and globs at URLs go through beton's one retry budget (docs/remote.md): a manifest is written
+locally and uploaded whole (beton/storage/remote/upload.py), a glob is listed with the client's own retries off,
+and either is retried on a transient failure and a BetonError naming the URL on a permanent one. Against fsspec's
+in-memory store, whose calls are made to fail here."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+fsspec = pytest.importorskip("fsspec", reason="URLs need fsspec (the 'remote' extra)")
+
+from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
+
+from beton.dataset.manifest import read_manifest  # noqa: E402
+from beton.dataset.shards import dataset_manifest  # noqa: E402
+from beton.errors import StorageError  # noqa: E402
+from beton.fields import IntField  # noqa: E402
+from beton.storage.remote import RemoteOptions  # noqa: E402
+from conftest import write  # noqa: E402
+
+OPTIONS = RemoteOptions(retries=2, backoff=0.001)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A folder of two shards in the in-memory store (its URL), removed afterwards."""
+    fs = fsspec.filesystem("memory")
+    root = f"/beton-{uuid.uuid4().hex}"
+    for k in range(2):
+        local = write(str(tmp_path / f"part-{k}.beton"), {"label": IntField()}, [(10 * k + i,) for i in range(3)])
+        fs.put_file(local, f"{root}/part-{k}.beton")
+    yield f"memory://{root}"
+    fs.rm(root, recursive=True)
+
+
+def failing(monkeypatch, name: str, errors: list[BaseException]) -> list[object]:
+    """Make the store's method ``name`` raise ``errors`` in turn, then work; returns the calls made."""
+    original = getattr(MemoryFileSystem, name)
+    calls = []
+
+    def method(self, *args, **kwargs):
+        calls.append(args)
+        if errors:
+            raise errors.pop(0)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, name, method)
+    return calls
+
+
+def test_a_manifest_written_to_a_url_is_retried_on_a_transient_failure(folder, monkeypatch):
+    manifest = dataset_manifest([f"{folder}/part-0.beton", f"{folder}/part-1.beton"], remote=OPTIONS)
+    calls = failing(monkeypatch, "put_file", [ConnectionResetError("dropped")])
+    manifest.write(f"{folder}/data.json")
+    assert len(calls) == 2
+    assert read_manifest(f"{folder}/data.json", remote=OPTIONS).shards == manifest.shards
+
+
+def test_a_manifest_refused_by_the_store_is_a_storage_error_naming_it_and_writes_nothing(folder, monkeypatch):
+    manifest = dataset_manifest([f"{folder}/part-0.beton"], remote=OPTIONS)
+    calls = failing(monkeypatch, "put_file", [PermissionError("access denied")])
+    with pytest.raises(StorageError, match="access denied") as caught:
+        manifest.write(f"{folder}/data.json")
+    assert caught.value.path == f"{folder}/data.json"
+    assert len(calls) == 1  # not retried
+    assert fsspec.filesystem("memory").ls(folder[len("memory://"):], detail=False) == [
+        f"{folder[len('memory://'):]}/part-{k}.beton" for k in range(2)]
+
+
+def test_a_glob_at_a_url_is_retried_on_a_transient_failure(folder, monkeypatch):
+    calls = failing(monkeypatch, "glob", [ConnectionResetError("dropped"), TimeoutError("slow")])
+    manifest = dataset_manifest(f"{folder}/part-*.beton", remote=OPTIONS)
+    assert len(calls) == 3
+    assert list(manifest.shards.locations) == [f"{folder}/part-0.beton", f"{folder}/part-1.beton"]
+    assert manifest.num_samples == 6
+
+
+def test_a_glob_refused_by_the_store_is_a_storage_error_naming_it(folder, monkeypatch):
+    calls = failing(monkeypatch, "glob", [PermissionError("access denied")])
+    with pytest.raises(StorageError, match="listing the files of the glob failed.*access denied") as caught:
+        dataset_manifest(f"{folder}/part-*.beton", remote=OPTIONS)
+    assert caught.value.path == f"{folder}/part-*.beton"
+    assert len(calls) == 1
