@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from beton import _json
+from beton import bounded_json
 
 __all__ = ["dtype_to_json", "dtype_from_json", "dtype_from_descr", "check_metadata_dtype", "MAX_DTYPE_DEPTH"]
 
@@ -28,7 +28,7 @@ def dtype_to_json(dtype: np.dtype) -> str:
 
 def dtype_from_json(text: str) -> np.dtype:
     """Inverse of :func:`dtype_to_json`; raises ValueError/TypeError on text that is not a dtype."""
-    return dtype_from_descr(_json.loads(text, MAX_DTYPE_DEPTH))
+    return dtype_from_descr(bounded_json.loads(text, MAX_DTYPE_DEPTH))
 
 
 def check_metadata_dtype(dtype: np.dtype) -> None:

@@ -22,7 +22,7 @@ every page's and table's digest, so a changed byte anywhere changes the header, 
 tables in one file, so that a dataset opens without reading its shards) and pins it by its SHA-256.
 
 A manifest file is untrusted input, read with bounds: at most :data:`MAX_MANIFEST_BYTES`, JSON nesting at most
-:data:`beton._json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above (``tables`` may be absent),
+:data:`beton.bounded_json.MAX_JSON_DEPTH` levels (metadata dtypes 16), exactly the keys above (``tables`` may be absent),
 counts that are integers in [0, 2**63) and add up to ``num_samples``, at least one shard, no shard listed twice.
 A list of 100,000 plain entries (what ``beton index`` writes) is checked list by list, not entry by entry, by the
 same rules, and the shards are kept as columns (:class:`Shards`): reading it takes a fraction of a second.
@@ -60,7 +60,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from beton import _json, dtypes
+from beton import bounded_json, dtypes
 from beton.errors import FormatError, ShardError, error_context, locate
 from beton.storage.file_builder import create_temporary
 from beton.storage.reader import FieldDescriptor, Reader
@@ -431,7 +431,7 @@ def parse_manifest(data: bytes, location: str, *, allow_outside: bool = False) -
         if len(data) > MAX_MANIFEST_BYTES:
             raise FormatError(f"a manifest is at most {MAX_MANIFEST_BYTES} bytes, this one is {len(data)}")
         try:
-            document = _json.loads(data)
+            document = bounded_json.loads(data)
         except ValueError as error:
             raise FormatError(f"not a manifest: invalid JSON: {error}") from None
         top = _object(document, _TOP_KEYS, "the manifest", optional=_OPTIONAL_TOP_KEYS)

@@ -15,7 +15,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 from numba.np.numpy_support import from_dtype as numba_type_of_dtype
 
-from beton import _json
+from beton import bounded_json
 from beton.decoders.field_check import is_field, require_field
 from beton.decoders.ragged import WINDOWS, check_max_length, check_window, fill_padded, pad_row, window_start
 from beton.errors import DecodeError, PipelineError, error_context
@@ -257,6 +257,6 @@ class JSONDecoder(BatchOperation):
         values = []
         for i, (o, s) in enumerate(zip(batch.offsets.tolist(), batch.sizes.tolist())):
             with error_context(sample=int(context.samples[i])):
-                values.append(_json.decode_payload(batch.memory[o : o + s].tobytes()))
+                values.append(bounded_json.decode_payload(batch.memory[o : o + s].tobytes()))
         return values
 

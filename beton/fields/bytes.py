@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from beton import _json
+from beton import bounded_json
 from beton.errors import DecodeError, EncodeError
 from beton.decoders.basic import BytesDecoder, JSONDecoder
 from beton.fields.base import Encoded, EncodeContext, Field, answers_ffcv_encode
@@ -98,7 +98,7 @@ class JSONField(Field):
         if torch is not None and isinstance(batch, torch.Tensor):
             batch = batch.cpu().numpy()
         if not isinstance(batch, np.ndarray):
-            return [_json.decode_payload(bytes(value)) if isinstance(value, (bytes, bytearray, memoryview)) else value
+            return [bounded_json.decode_payload(bytes(value)) if isinstance(value, (bytes, bytearray, memoryview)) else value
                     for value in batch]
         if batch.dtype != np.uint8 or batch.ndim not in (1, 2):
             raise DecodeError(f"JSONField.unpack takes BytesDecoder's uint8 rows, got {batch.dtype} of shape "
@@ -110,7 +110,7 @@ class JSONField(Field):
         return [JSONDecoder()]
 
     def to_python(self, metadata: np.void, payload: np.ndarray | None) -> Any:
-        return _json.decode_payload(payload.tobytes())
+        return bounded_json.decode_payload(payload.tobytes())
 
 
 def _payload_lengths(sizes: np.ndarray | None) -> np.ndarray | None:
@@ -123,4 +123,4 @@ def _document(row: np.ndarray) -> Any:
     if not terminator:
         raise DecodeError("a row given to JSONField.unpack holds no NUL after its document: not a row of "
                           "BytesDecoder() on a JSONField")
-    return _json.decode_payload(text)
+    return bounded_json.decode_payload(text)

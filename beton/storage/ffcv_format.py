@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from beton import _json
+from beton import bounded_json
 from beton.storage import format as fmt
 from beton.errors import FieldError, FormatError, error_context, first_bad_record, locate
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RGBImageField
@@ -219,7 +219,7 @@ def _field(type_id: int, descriptor: np.void) -> Field:
     shape_header = arguments[: NDARRAY_ARGUMENTS_DTYPE.itemsize].view(NDARRAY_ARGUMENTS_DTYPE)[0]
     length = int(shape_header["type_length"])
     try:
-        description = _json.loads(bytes(arguments[NDARRAY_ARGUMENTS_DTYPE.itemsize :][:length]))
+        description = bounded_json.loads(bytes(arguments[NDARRAY_ARGUMENTS_DTYPE.itemsize :][:length]))
         dtype = np.dtype([tuple(item) for item in description])[0]
     except (ValueError, TypeError, LookupError, ArithmeticError) as error:
         raise FormatError(f"FFCV NDArrayField arguments cannot be read: {error}") from None

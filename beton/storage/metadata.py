@@ -5,7 +5,7 @@ see :mod:`beton.storage.format`) and read back as ``Reader.metadata``. Both dire
 file that one beton writes, any beton that knows its version opens:
 
 * a JSON object (a mapping with string keys at the top), strict JSON (no NaN or infinity), UTF-8;
-* at most :data:`~beton.storage.format.MAX_METADATA_BYTES` bytes and :data:`beton._json.MAX_JSON_DEPTH` levels
+* at most :data:`~beton.storage.format.MAX_METADATA_BYTES` bytes and :data:`beton.bounded_json.MAX_JSON_DEPTH` levels
   deep, so that reading it costs at most what the file holds and never exhausts the stack.
 
 An empty mapping is no metadata: the table then holds ``{}``, byte for byte as without it.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from beton import _json
+from beton import bounded_json
 from beton.errors import FieldError, FormatError
 from beton.storage import format as fmt
 
@@ -48,9 +48,9 @@ def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes | None:
     if len(blob) > fmt.MAX_METADATA_BYTES:
         raise FieldError(f"metadata is {len(blob)} bytes of JSON, more than the {fmt.MAX_METADATA_BYTES} a file "
                          "holds; store per-sample data in a field")
-    depth = _json.nesting_depth(blob)
-    if depth > _json.MAX_JSON_DEPTH:
-        raise FieldError(f"metadata nests {depth} levels deep, more than the {_json.MAX_JSON_DEPTH} readers accept")
+    depth = bounded_json.nesting_depth(blob)
+    if depth > bounded_json.MAX_JSON_DEPTH:
+        raise FieldError(f"metadata nests {depth} levels deep, more than the {bounded_json.MAX_JSON_DEPTH} readers accept")
     return blob
 
 
@@ -60,7 +60,7 @@ def decode_metadata(blob: bytes | np.ndarray) -> dict[str, Any]:
     if len(blob) > fmt.MAX_METADATA_BYTES:
         raise FormatError(f"metadata table is {len(blob)} bytes, more than the {fmt.MAX_METADATA_BYTES} allowed")
     try:
-        value = _json.loads(blob)
+        value = bounded_json.loads(blob)
     except ValueError as error:  # UnicodeDecodeError, JSONDecodeError, too deep, too many digits
         raise FormatError(f"metadata table is not valid JSON: {error}") from None
     if not isinstance(value, dict):

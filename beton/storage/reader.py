@@ -9,7 +9,7 @@ Files are untrusted input, and checksums do not make them trustworthy (whoever e
 So every count and record is checked against the file before it is used, and what opening and reading cost is
 bounded by the file's size: counts against the tables that hold them; field-table strings against the table
 (each distinct string decoded and parsed once, so records sharing a string cannot multiply the work); JSON
-nesting (:mod:`beton._json`); metadata dtypes against plain little-endian numbers; and every field's records
+nesting (:mod:`beton.bounded_json`); metadata dtypes against plain little-endian numbers; and every field's records
 against what the field can read (:meth:`~beton.fields.Field.check_records`: image modes, channels, sizes, the
 pixel cap, scan tables, lossless sizes), vectorised over the whole data table. A version-2 file's metadata table
 (:mod:`beton.storage.metadata`) is checked like the other tables: bounds, padding, CRC32, then size, UTF-8, JSON
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from beton import _json, dtypes
+from beton import bounded_json, dtypes
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
@@ -607,7 +607,7 @@ class _StringArea:
 
     def json(self, record: np.void, part: str, index: int) -> Any:
         """Parsed JSON, shared by the records that share the string (read it, do not change it)."""
-        return self._cached("json", record[part], lambda raw: _json.loads(_utf8(raw, part, index)))
+        return self._cached("json", record[part], lambda raw: bounded_json.loads(_utf8(raw, part, index)))
 
     def _cached(self, kind: str, ref: np.void, parse: Any) -> Any:
         offset, size = int(ref["offset"]), int(ref["size"])

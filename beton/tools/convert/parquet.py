@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from beton import _json
+from beton import bounded_json
 from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayField, RaggedArrayField
 from beton.fields.base import Field
 from beton.storage import format as fmt
@@ -157,7 +157,7 @@ def _check_columns(files: list[str], schema: Any, names: list[str], pa: Any) -> 
 def _hf_features(schema: Any) -> dict[str, dict]:
     """The Hugging Face ``datasets`` feature of each column, from the schema's metadata (or nothing)."""
     try:  # the file's text: parsed with beton's depth limit
-        info = _json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
+        info = bounded_json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
         features = info.get("info", {}).get("features", {})
     except (ValueError, AttributeError):
         return {}

@@ -35,7 +35,7 @@ import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from beton import _json
+from beton import bounded_json
 from beton.fields import BytesField, IntField, JSONField
 from beton.fields.base import Field
 from beton.storage import format as fmt
@@ -253,7 +253,7 @@ def _parse(kind: str, extension: str, data: bytes) -> Any:
             raise _BadSample(f".{extension} holds {data[:40]!r}, not an integer") from None
     if kind == "json":
         try:
-            return _json.loads(data)
+            return bounded_json.loads(data)
         except ValueError as error:
             raise _BadSample(f".{extension} is not valid JSON: {error}") from None
     if kind == "text":

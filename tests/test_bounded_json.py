@@ -1,4 +1,4 @@
-"""beton/_json.py: JSON from files parsed with a depth limit."""
+"""beton/bounded_json.py: JSON from files parsed with a depth limit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beton import _json
+from beton import bounded_json
 
 DOCUMENTS = st.recursive(st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"ab :,é'),
                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='[]{}"a'), inner,
@@ -21,9 +21,9 @@ def test_the_depth_counts_brackets_outside_strings_with_and_without_escapes(docu
     # text without a backslash is measured by the quotes' parity, text with one by stripping its strings: both
     # must be the nesting json itself finds
     text = json.dumps(document, ensure_ascii=escaped).encode()
-    stripped = _json._STRING.sub(b'""', text)
-    expected = int(np.cumsum(_json._OPEN[np.frombuffer(stripped, np.uint8)], dtype=np.int64).max(initial=0))
-    assert _json.nesting_depth(text) == expected == _depth(document)
+    stripped = bounded_json._STRING.sub(b'""', text)
+    expected = int(np.cumsum(bounded_json._OPEN[np.frombuffer(stripped, np.uint8)], dtype=np.int64).max(initial=0))
+    assert bounded_json.nesting_depth(text) == expected == _depth(document)
 
 
 def _depth(value) -> int:
