@@ -21,13 +21,16 @@ manifest's. Reading it (:func:`read_tables_file`) is untrusted input like any fi
 manifest's, its fields these, one sample per shard, each table's size what the manifest's counts and the first
 shard's fields make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's
 header the one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is
-opened: each is checked when an epoch first opens it (:meth:`beton.dataset.union.ShardedDataset.open_pages`): its
-header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the tables
-file's, or a :class:`~beton.errors.ShardError` names it before any of its pages is used.
+opened: each is checked when the first epoch that serves its samples starts
+(:meth:`beton.dataset.union.ShardedPages.will_serve`, by :meth:`~beton.dataset.union.ShardedDataset.open_pages`):
+its header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the
+tables file's, or a :class:`~beton.errors.ShardError` names it before the epoch's first batch (a field without
+payloads takes its values from the tables file, and no page read would open its shard).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -143,6 +146,7 @@ def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[Table
     list is a ValueError before anything is written."""
     manifest.to_json(output)
     location = tables_file_name(output)
+    _refuse_a_shard_as_tables_file(manifest, location)
     if is_url(output):
         with tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
             local = os.path.join(directory, "manifest.tables")
@@ -151,9 +155,30 @@ def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[Table
                 upload_file(local, location, remote_or_default(remote if remote is not None else manifest.remote))
     else:
         sha256 = write_tables_file(location, rows)
+        if sha256 is None:  # a tables file of an earlier index would stay beside the manifest, unpinned
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(location)
     written = dataclasses.replace(manifest, tables=None if sha256 is None else TablesFile(location, sha256))
     written.write(output, remote=remote)
     return dataclasses.replace(written, source=output)
+
+
+def _refuse_a_shard_as_tables_file(manifest: Manifest, location: str) -> None:
+    """ValueError before anything is written where the tables file would be written over a listed shard."""
+    if is_url(location):
+        clash = any(shard.location == location for shard in manifest.shards)
+    else:
+        clash = any(not is_url(shard.location) and _same_file(shard.location, location) for shard in manifest.shards)
+    if clash:
+        raise ValueError(f"the tables file {location} would be written over a shard of the manifest: name the "
+                         "manifest otherwise (its tables file is the manifest's name with .tables)")
+
+
+def _same_file(shard: str, location: str) -> bool:
+    try:
+        return os.path.samefile(shard, location)
+    except OSError:
+        return os.path.abspath(shard) == os.path.abspath(location)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -279,9 +304,12 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table
     each shard's page digests where its content is checked, else None."""
     version = headers["version"]
     with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
-    ok &= with_metadata | (blobs["metadata"].sizes == 0)
-    ok &= with_digests | (blobs["digest_table"].sizes == 0)
     everywhere = np.ones(len(headers), bool)
+    for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
+                          ("digest_table", with_digests)):
+        # each table as long as its header says (or empty where its version has none), before anything is hashed,
+        # joined or reshaped: lengths that only add up would move samples across shards
+        ok &= np.where(present, blobs[name].sizes == headers[name]["size"].astype(np.int64), blobs[name].sizes == 0)
     # where a shard's digests are checked they pin every table, its CRC32s add nothing
     by_crc = ~with_digests if verify_content is not False else everywhere
     for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),

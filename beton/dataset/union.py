@@ -368,6 +368,14 @@ class ShardedDataset(TableNames):
                 raise
         return source
 
+    def unchecked_shards(self, batches: Sequence[np.ndarray]) -> np.ndarray:
+        """The shards (ascending) that the samples of ``batches`` lie in and that were not yet compared with the
+        manifest's tables file (none without one)."""
+        if self._unchecked is None or not self._unchecked.any() or not len(batches):
+            return np.zeros(0, np.int64)
+        shards = np.unique(self.manifest.locate(np.concatenate(list(batches)))[0])
+        return shards[self._unchecked[shards]]
+
     def _check_local_against_tables_file(self, number: int, source: LocalFile) -> None:
         """Compare local shard ``number``, just opened (its size and header's SHA-256 are the manifest's), with the
         tables file: its data and allocation tables, read where its header (in the tables file) says they lie.
@@ -568,6 +576,27 @@ class ShardedPages:
                 locate(error, note=f"(shards {', '.join(str(number) for number, _ in failures[1:])} of "
                                    f"{self.description} failed their checks too)")
             raise error
+
+    def will_serve(self, batches: Sequence[np.ndarray]) -> None:
+        """Compare with the tables file every shard the epoch's samples lie in that was not compared yet, before
+        any batch is served: a field without payloads (an IntField) takes its values from the tables file, and
+        no page read would ever open its shard. Several at once where some are URLs."""
+        shards = self._dataset.unchecked_shards(batches)
+        if len(shards) == 0:
+            return
+
+        def compare(shard: int) -> None:
+            with self.opened(shard):
+                pass
+
+        if not self._dataset.remote_shards[shards].any():
+            for shard in shards.tolist():
+                compare(shard)
+            return
+        with concurrent.futures.ThreadPoolExecutor(min(len(shards), _MAX_CONCURRENT_OPENS),
+                                                   thread_name_prefix="beton-shard-check") as pool:
+            for future in [pool.submit(compare, shard) for shard in shards.tolist()]:
+                future.result()
 
     def check_path(self) -> None:
         with self._lock:

@@ -133,6 +133,7 @@ class MemoryLayer(abc.ABC):
         """An epoch starts: check that the path still names the opened file, count from zero, and remember the
         pieces the decoders read. A layer that reads ahead also starts reading ``reads.batches`` here."""
         self.file.check_path()
+        self.file.will_serve(reads.batches[reads.first:])
         self.counters = MemoryCounters()
         self._pieces = dict(reads.pieces)
         for column, pieces in self._pieces.items():

@@ -206,3 +206,31 @@ def test_index_refuses_a_shard_whose_tables_are_damaged_naming_it(dataset):
         index(target, parts)
     assert raised.value.path == parts[3]
     assert not os.path.exists(target) and not os.path.exists(target[: -len(".json")] + ".tables")
+
+
+@pytest.mark.parametrize("os_cache", [False, True])
+def test_a_replaced_shard_of_fields_without_payloads_is_refused_before_any_batch(tmp_path, os_cache):
+    """Labels alone: their values come from the tables file, no page read would open a shard, so each shard an
+    epoch serves is compared with the tables file when the epoch starts, before its first batch."""
+    labels = {"label": IntField()}
+    parts = [write(tmp_path / f"labels-{k}.beton", labels, [(100 * k + i,) for i in range(20)]) for k in range(3)]
+    manifest = str(tmp_path / "labels.json")
+    index(manifest, parts)
+    with Loader(manifest, batch_size=8, os_cache=os_cache) as loader:
+        assert sorted(label for (batch,) in loader for label in batch.tolist()) == [
+            100 * k + i for k in range(3) for i in range(20)]
+    write(parts[1], labels, [(1000 + i,) for i in range(20)])  # the same size, other labels
+    served = []
+    with Loader(manifest, batch_size=8, os_cache=os_cache) as loader, \
+            pytest.raises(ShardError, match="shard 1 of 3 is not the file the manifest lists") as raised:
+        for (batch,) in loader:
+            served.append(batch)
+    assert served == [] and raised.value.path == str(parts[1])
+
+
+def test_index_refuses_to_write_its_tables_file_over_a_listed_shard(tmp_path):
+    shard = write(tmp_path / "c.tables", FIELDS, samples(0, 3))
+    before = open(shard, "rb").read()
+    with pytest.raises(ValueError, match="would be written over a shard"):
+        index(str(tmp_path / "c.json"), [shard])
+    assert open(shard, "rb").read() == before and not os.path.exists(tmp_path / "c.json")

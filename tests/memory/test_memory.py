@@ -117,6 +117,9 @@ class FakePages:
     def check_path(self) -> None:
         pass
 
+    def will_serve(self, batches) -> None:
+        pass
+
     def will_read(self, batch_pages, budget_pages) -> None:
         self.announced = [pages.tolist() for pages in batch_pages]
 

@@ -59,6 +59,9 @@ class RemotePageSource:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
 
+    def will_serve(self, batches: Sequence[np.ndarray]) -> None:
+        pass  # one file, checked when it opened
+
     def check_path(self) -> None:
         self.check()
         self._remote.check_identity()
