@@ -13,7 +13,7 @@ every page's and table's digest, so a changed byte anywhere changes the header, 
 (older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
-     "tables": {"path": "train.tables", "sha256": "41d0..."},
+     "tables": {"path": "train.tables", "sha256": "41d0...", "size": 58211840},
      "fields": [{"name": "image", "type": "beton.RGBImageField", "arguments": {...},
                  "metadata_dtype": [["mode", "|u1"], ...], "payload": true}, ...],
      "shards": [{"path": "train-00000-of-00003.beton", "num_samples": 40, "header_sha256": "9f2c..."}, ...]}
@@ -86,7 +86,7 @@ _WRAPPING_PROTOCOLS = frozenset({"simplecache", "blockcache", "filecache", "cach
                                  "reference", "dir", "jlab", "jupyter"})
 _TOP_KEYS = ("format", "version", "num_samples", "fields", "shards")
 _OPTIONAL_TOP_KEYS = ("tables",)
-_TABLES_KEYS = ("path", "sha256")
+_TABLES_KEYS = ("path", "sha256", "size")
 _FIELD_KEYS = ("name", "type", "arguments", "metadata_dtype", "payload")
 _SHARD_KEYS = ("path", "num_samples", "header_sha256")
 _SHARD_KEY_SET = frozenset(_SHARD_KEYS)
@@ -235,11 +235,13 @@ class Shards(Sequence[Shard]):
 
 @dataclasses.dataclass(frozen=True)
 class TablesFile:
-    """Where a manifest's tables file lies (``location``, resolved as a shard's path is) and the SHA-256 (hex) of
-    its bytes, which the manifest pins (:mod:`beton.dataset.tables_file`)."""
+    """Where a manifest's tables file lies (``location``, resolved as a shard's path is), the SHA-256 (hex) of its
+    bytes, which the manifest pins, and its size in bytes, which bounds what reading it may cost before the hash
+    can be checked (:mod:`beton.dataset.tables_file`)."""
 
     location: str
     sha256: str
+    size: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,7 +366,8 @@ class Manifest:
 
         head = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "num_samples": self.num_samples}
         if self.tables is not None:
-            head["tables"] = {"path": _listed_path(self.tables.location, location), "sha256": self.tables.sha256}
+            head["tables"] = {"path": _listed_path(self.tables.location, location), "sha256": self.tables.sha256,
+                              "size": self.tables.size}
         fields = lines([field.to_json() for field in self.fields])
         return f'{json.dumps(head)[:-1]},\n "fields": {fields},\n "shards": {lines(shards)}\n}}\n'.encode("utf-8")
 
@@ -548,7 +551,7 @@ def _tables_file(value: Any, location: str, allow_outside: bool, shards: Shards)
     digest = entry["sha256"]
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
         raise FormatError(f"\"tables\": \"sha256\" must be 64 lowercase hexadecimal digits, got {_short(digest)}")
-    return TablesFile(resolved, digest)
+    return TablesFile(resolved, digest, _count(entry["size"], "\"tables\": \"size\""))
 
 
 def _object(value: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:

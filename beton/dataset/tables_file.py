@@ -120,10 +120,10 @@ def _row(header: np.void, raw_header: bytes, read: Callable[[int, int], bytes]) 
                            for name in _BLOBS), table("field_table"))
 
 
-def write_tables_file(location: str, rows: Sequence[TablesRow]) -> str | None:
+def write_tables_file(location: str, rows: Sequence[TablesRow]) -> tuple[str, int] | None:
     """Write the tables file of the shards whose rows are ``rows`` (in order) at ``location`` (a local path), and
-    return its SHA-256 (hex), which the manifest records; None, writing nothing, where a shard's field table differs
-    from the first's in its bytes (those shards are read one by one when the dataset opens)."""
+    return its SHA-256 (hex) and size, which the manifest records; None, writing nothing, where a shard's field
+    table differs from the first's in its bytes (those shards are read one by one when the dataset opens)."""
     from beton.storage.writer import DatasetWriter  # the writing side, only for `beton index`
 
     first = rows[0]
@@ -133,7 +133,7 @@ def write_tables_file(location: str, rows: Sequence[TablesRow]) -> str | None:
     DatasetWriter(location, TABLE_FIELDS, metadata=metadata, num_workers=0, progress=False).from_indexed_dataset(
         [row.row for row in rows])
     with open(location, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest(), os.fstat(file.fileno()).st_size
 
 
 def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[TablesRow],
@@ -150,15 +150,15 @@ def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[Table
     if is_url(output):
         with tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
             local = os.path.join(directory, "manifest.tables")
-            sha256 = write_tables_file(local, rows)
-            if sha256 is not None:
+            pinned = write_tables_file(local, rows)
+            if pinned is not None:
                 upload_file(local, location, remote_or_default(remote if remote is not None else manifest.remote))
     else:
-        sha256 = write_tables_file(location, rows)
-        if sha256 is None:  # a tables file of an earlier index would stay beside the manifest, unpinned
+        pinned = write_tables_file(location, rows)
+        if pinned is None:  # a tables file of an earlier index would stay beside the manifest, unpinned
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(location)
-    written = dataclasses.replace(manifest, tables=None if sha256 is None else TablesFile(location, sha256))
+    written = dataclasses.replace(manifest, tables=None if pinned is None else TablesFile(location, *pinned))
     written.write(output, remote=remote)
     return dataclasses.replace(written, source=output)
 
@@ -181,6 +181,10 @@ def _same_file(shard: str, location: str) -> bool:
         return os.path.abspath(shard) == os.path.abspath(location)
 
 
+#: Bytes of a tables file at a URL fetched by one request (and held in memory at once).
+FETCH_BYTES = 8 * 1024 * 1024
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpenedTables:
     """What a tables file gives a dataset: the shards' tables as columns, the first shard's header (a structured
@@ -199,31 +203,42 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None,
     ShardError where ``verify_content`` asks for digests a shard lacks. ``verify_content`` as
     :meth:`~beton.dataset.manifest.Manifest.content_checks` gives it.
 
-    At a URL the file is fetched whole (by the bounded, retried range reads of any remote file: memory bounded by
-    its reported size), its SHA-256 checked, and then read from a local temporary file as a local one is."""
+    Its size must be the manifest's before a byte is read. At a URL it is fetched in ranges of
+    :data:`FETCH_BYTES` (the bounded, retried range reads of any remote file) into a local temporary file, hashed
+    as it arrives; once its SHA-256 is the manifest's, it is read from that file as a local one is."""
     listed = manifest.tables
     assert listed is not None
     if not is_url(listed.location):
         return _read_tables_file(manifest, listed.location, verify_content)
-    with error_context(path=listed.location):
+    with error_context(path=listed.location), tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
+        local = os.path.join(directory, "manifest.tables")
         try:
             fetcher = RangeFetcher(listed.location, remote_or_default(remote if remote is not None else
                                                                       manifest.remote))
-            content = fetcher.fetch(0, fetcher.size, "the tables file")
+            if fetcher.size != listed.size:
+                raise FormatError(f"the tables file is {fetcher.size} bytes, the manifest lists {listed.size} (it "
+                                  "changed since `beton index` wrote it; run it again)")
+            sha256 = hashlib.sha256()
+            with open(local, "wb") as file:
+                for start in range(0, fetcher.size, FETCH_BYTES):
+                    end = min(fetcher.size, start + FETCH_BYTES)
+                    chunk = fetcher.fetch(start, end, f"the tables file (bytes {start}..{end})")
+                    sha256.update(chunk)
+                    file.write(chunk)
         except FileNotFoundError as error:
             raise _missing(error) from None
-        _check_sha256(content, listed.sha256)
-        with tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
-            local = os.path.join(directory, "manifest.tables")
-            with open(local, "wb") as file:
-                file.write(content)
-            del content
-            try:
-                return _read_tables_file(manifest, local, verify_content)
-            except BetonError as error:
-                if getattr(error, "path", None) == local:  # the file the user knows is the URL
-                    error.path = listed.location
+        except OSError as error:  # the local copy: a full disk, say
+            if isinstance(error, BetonError):
                 raise
+            raise FormatError(f"the tables file could not be copied to {local}: {error}") from None
+        if sha256.hexdigest() != listed.sha256:
+            raise FormatError(_NOT_PINNED)
+        try:
+            return _read_tables_file(manifest, local, verify_content)
+        except BetonError as error:
+            if getattr(error, "path", None) == local:  # the file the user knows is the URL
+                error.path = listed.location
+            raise
 
 
 def _missing(error: BaseException) -> FormatError:
@@ -231,10 +246,13 @@ def _missing(error: BaseException) -> FormatError:
                        "\"tables\" from the manifest to read every shard's tables instead")
 
 
+_NOT_PINNED = ("the tables file is not the one the manifest lists: its SHA-256 differs (the file changed since "
+               "`beton index` wrote it; run it again)")
+
+
 def _check_sha256(content: bytes, expected: str) -> None:
     if hashlib.sha256(content).hexdigest() != expected:
-        raise FormatError("the tables file is not the one the manifest lists: its SHA-256 differs (the file changed "
-                          "since `beton index` wrote it; run it again)")
+        raise FormatError(_NOT_PINNED)
 
 
 def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None) -> OpenedTables:
@@ -247,6 +265,9 @@ def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None
         except FileNotFoundError as error:
             raise _missing(error) from None
         with reader:
+            if len(reader.file_map) != listed.size:  # before the copy below costs its size
+                raise FormatError(f"the tables file is {len(reader.file_map)} bytes, the manifest lists {listed.size} "
+                                  "(it changed since `beton index` wrote it; run it again)")
             content = reader.file_map.tobytes()  # what is hashed is what is used
             _check_sha256(content, listed.sha256)
             names = [(d.name, d.type_name) for d in reader.descriptors.values()]

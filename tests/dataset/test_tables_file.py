@@ -82,7 +82,8 @@ def test_index_writes_the_tables_file_and_pins_it(dataset):
     document = json.loads(open(manifest).read())
     tables = os.path.join(os.path.dirname(manifest), "dataset.tables")
     assert document["tables"] == {"path": "dataset.tables",
-                                  "sha256": hashlib.sha256(open(tables, "rb").read()).hexdigest()}
+                                  "sha256": hashlib.sha256(open(tables, "rb").read()).hexdigest(),
+                                  "size": os.path.getsize(tables)}
 
 
 @pytest.mark.parametrize("order", [order for order in OrderOption if order is not OrderOption.BALANCED])  # no images
@@ -123,7 +124,7 @@ def test_a_shard_not_reached_is_never_opened(dataset):
         assert [label for labels, _ in loader for label in labels.tolist()] == list(range(COUNTS[0]))
 
 
-@pytest.mark.parametrize("change", ["byte", "truncated", "digest in the manifest", "missing"])
+@pytest.mark.parametrize("change", ["byte", "truncated", "grown", "digest in the manifest", "missing"])
 def test_a_changed_tables_file_is_refused_on_opening(dataset, change):
     parts, manifest, whole = dataset
     tables = manifest[: -len(".json")] + ".tables"
@@ -135,6 +136,9 @@ def test_a_changed_tables_file_is_refused_on_opening(dataset, change):
             file.write(bytes([byte[0] ^ 1]))
     elif change == "truncated":
         os.truncate(tables, os.path.getsize(tables) - 1)
+    elif change == "grown":  # refused by its size, before it is read (the copy that is hashed would cost it)
+        with open(tables, "ab") as file:
+            file.write(b"\0" * 4096)
     elif change == "digest in the manifest":
         document = json.loads(open(manifest).read())
         document["tables"]["sha256"] = "0" * 64
@@ -160,6 +164,7 @@ def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, t
     shutil.copyfile(other / "dataset.tables", tables)
     document = json.loads(open(manifest).read())
     document["tables"]["sha256"] = hashlib.sha256(open(tables, "rb").read()).hexdigest()
+    document["tables"]["size"] = os.path.getsize(tables)
     with open(manifest, "w") as file:
         json.dump(document, file)
     with pytest.raises(FormatError, match="shard 3: the tables file does not hold the tables its header names") \

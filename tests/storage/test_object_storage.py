@@ -352,7 +352,10 @@ def _served(source, options, **settings) -> list[tuple]:
                 for label, score, array in zip(labels.flatten().tolist(), scores.flatten().tolist(), arrays.tolist())]
 
 
-def test_a_manifest_in_a_bucket_opens_from_its_tables_file(store, staging):
+def test_a_manifest_in_a_bucket_opens_from_its_tables_file(store, staging, monkeypatch):
+    from beton.dataset import tables_file
+
+    monkeypatch.setattr(tables_file, "FETCH_BYTES", 1000)  # fetched in many ranges, hashed as they arrive
     fs, options = store
     for k in range(3):
         writer(f"s3://objects/tabled/part-{k}.beton", options).from_indexed_dataset(ListDataset(SAMPLES), shard=(k, 3))
@@ -382,6 +385,9 @@ def test_a_tampered_tables_object_is_refused(store, staging):
     with pytest.raises(FormatError, match="SHA-256 differs") as caught:
         open_dataset("s3://objects/tampered/shards.json", remote=remote(options))
     assert caught.value.path == "s3://objects/tampered/shards.tables"
+    fs.pipe_file("objects/tampered/shards.tables", bytes(data) + b"\0" * (1 << 20))  # refused before it is fetched
+    with pytest.raises(FormatError, match=f"is {len(data) + (1 << 20)} bytes, the manifest lists {len(data)}"):
+        open_dataset("s3://objects/tampered/shards.json", remote=remote(options))
     fs.rm("objects/tampered/shards.tables")
     with pytest.raises(FormatError, match="tables file is missing") as caught:
         open_dataset("s3://objects/tampered/shards.json", remote=remote(options))
