@@ -205,7 +205,8 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None,
 
     Its size must be the manifest's before a byte is read. At a URL it is fetched in ranges of
     :data:`FETCH_BYTES` (the bounded, retried range reads of any remote file) into a local temporary file, hashed
-    as it arrives; once its SHA-256 is the manifest's, it is read from that file as a local one is."""
+    as it arrives, so that its pin is checked before any parser sees its bytes; then it is read from that file as
+    a local one is."""
     listed = manifest.tables
     assert listed is not None
     if not is_url(listed.location):
@@ -215,9 +216,7 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None,
         try:
             fetcher = RangeFetcher(listed.location, remote_or_default(remote if remote is not None else
                                                                       manifest.remote))
-            if fetcher.size != listed.size:
-                raise FormatError(f"the tables file is {fetcher.size} bytes, the manifest lists {listed.size} (it "
-                                  "changed since `beton index` wrote it; run it again)")
+            _check_size(fetcher.size, listed.size)
             sha256 = hashlib.sha256()
             with open(local, "wb") as file:
                 for start in range(0, fetcher.size, FETCH_BYTES):
@@ -231,8 +230,7 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None,
             if isinstance(error, BetonError):
                 raise
             raise FormatError(f"the tables file could not be copied to {local}: {error}") from None
-        if sha256.hexdigest() != listed.sha256:
-            raise FormatError(_NOT_PINNED)
+        _check_sha256(sha256.hexdigest(), listed.sha256)
         try:
             return _read_tables_file(manifest, local, verify_content)
         except BetonError as error:
@@ -246,13 +244,16 @@ def _missing(error: BaseException) -> FormatError:
                        "\"tables\" from the manifest to read every shard's tables instead")
 
 
-_NOT_PINNED = ("the tables file is not the one the manifest lists: its SHA-256 differs (the file changed since "
-               "`beton index` wrote it; run it again)")
+def _check_size(size: int, listed: int) -> None:
+    if size != listed:
+        raise FormatError(f"the tables file is {size} bytes, the manifest lists {listed} (it changed since "
+                          "`beton index` wrote it; run it again)")
 
 
-def _check_sha256(content: bytes, expected: str) -> None:
-    if hashlib.sha256(content).hexdigest() != expected:
-        raise FormatError(_NOT_PINNED)
+def _check_sha256(sha256: str, expected: str) -> None:
+    if sha256 != expected:
+        raise FormatError("the tables file is not the one the manifest lists: its SHA-256 differs (the file changed "
+                          "since `beton index` wrote it; run it again)")
 
 
 def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None) -> OpenedTables:
@@ -265,11 +266,9 @@ def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None
         except FileNotFoundError as error:
             raise _missing(error) from None
         with reader:
-            if len(reader.file_map) != listed.size:  # before the copy below costs its size
-                raise FormatError(f"the tables file is {len(reader.file_map)} bytes, the manifest lists {listed.size} "
-                                  "(it changed since `beton index` wrote it; run it again)")
+            _check_size(len(reader.file_map), listed.size)  # before the copy below costs its size
             content = reader.file_map.tobytes()  # what is hashed is what is used
-            _check_sha256(content, listed.sha256)
+            _check_sha256(hashlib.sha256(content).hexdigest(), listed.sha256)
             names = [(d.name, d.type_name) for d in reader.descriptors.values()]
             if names != [(name, field.type_name) for name, field in TABLE_FIELDS.items()] or \
                     reader.metadata.get("kind") != TABLES_KIND:
