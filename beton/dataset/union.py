@@ -595,8 +595,7 @@ class ShardedPages:
             return
         with concurrent.futures.ThreadPoolExecutor(min(len(shards), _MAX_CONCURRENT_OPENS),
                                                    thread_name_prefix="beton-shard-check") as pool:
-            for future in [pool.submit(compare, shard) for shard in shards.tolist()]:
-                future.result()
+            list(pool.map(compare, shards.tolist()))  # the first failure in order is raised
 
     def check_path(self) -> None:
         with self._lock:
@@ -613,8 +612,7 @@ class ShardedPages:
             # a request per remote file: several at once, the first failure in order raised
             with concurrent.futures.ThreadPoolExecutor(min(len(remote), _MAX_CONCURRENT_OPENS),
                                                        thread_name_prefix="beton-identity") as pool:
-                for future in [pool.submit(source.check_path) for source in remote]:
-                    future.result()
+                list(pool.map(lambda source: source.check_path(), remote))  # the first failure in order raised
 
     def will_read(self, batch_pages: Sequence[np.ndarray], budget_pages: int) -> None:
         remote_shards = self._dataset.remote_shards
