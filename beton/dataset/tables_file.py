@@ -132,8 +132,11 @@ def write_tables_file(location: str, rows: Sequence[TablesRow]) -> tuple[str, in
     metadata = {"kind": TABLES_KIND, "first_field_table": first.field_table.hex()}
     DatasetWriter(location, TABLE_FIELDS, metadata=metadata, num_workers=0, progress=False).from_indexed_dataset(
         [row.row for row in rows])
-    with open(location, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest(), os.fstat(file.fileno()).st_size
+    sha256 = hashlib.sha256()
+    with open(location, "rb") as file:  # in pieces: hashlib.file_digest is Python 3.11+
+        for chunk in iter(lambda: file.read(FETCH_BYTES), b""):
+            sha256.update(chunk)
+        return sha256.hexdigest(), os.fstat(file.fileno()).st_size
 
 
 def write_indexed_manifest(manifest: Manifest, output: str, rows: Sequence[TablesRow],
