@@ -49,3 +49,24 @@ def test_regions_that_do_not_fit_are_refused(y0, x0, shape, dtype):
     image = np.zeros((40, 40, 3), dtype)
     with pytest.raises(ValueError, match="does not fit"):
         shift_into(image, y0, x0, 0.5, 0.5, np.empty(shape, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("y0, x0", [(3, 2), (6, 6)])  # inside; up to the bottom and right edges
+def test_every_fraction_gives_the_fixed_point_weighted_sum_exactly(dtype, y0, x0):
+    """Each kernel and branch (halves without products, one axis, both) equals the one formula: the four
+    neighbours weighted in 256ths, rounded half up. Exact, not to a tolerance."""
+    image = photo_crop(2, 30, 34).astype(dtype) * (257 if dtype == np.uint16 else 1)
+    height, width = 24, 28
+    for steps_y in range(16):
+        for steps_x in range(16):
+            out = np.empty((height, width, 3), dtype)
+            shift_into(image, y0, x0, steps_y / 16, steps_x / 16, out)
+            rows = np.minimum(np.arange(y0, y0 + height + 1), image.shape[0] - 1)
+            columns = np.minimum(np.arange(x0, x0 + width + 1), image.shape[1] - 1)
+            pixels = image.astype(np.int64)[rows][:, columns]
+            weights = [(16 - steps_y) * (16 - steps_x), (16 - steps_y) * steps_x, steps_y * (16 - steps_x),
+                       steps_y * steps_x]
+            expected = (weights[0] * pixels[:-1, :-1] + weights[1] * pixels[:-1, 1:] + weights[2] * pixels[1:, :-1]
+                        + weights[3] * pixels[1:, 1:] + 128) >> 8
+            assert np.array_equal(out, expected.astype(dtype)), (steps_y, steps_x)
