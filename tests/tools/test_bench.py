@@ -28,6 +28,21 @@ def test_the_limits_are_the_decoders_own_decode_step(kind, size):
         c.DecodeLimit(jpegs, task, "some")
 
 
+def test_the_resize_limit_resizes_each_crop_as_the_decoder_does(monkeypatch):
+    """The crop-rows + resize limit calls the decoder's own resize once per image, on the decoded crop and its
+    mapped rectangle, into an output of the task's size; the other limits never resize."""
+    task = c.ImageTask("rrc", 160, 8)
+    jpegs = make_jpegs(6, 500)
+    calls = []
+    monkeypatch.setattr(c, "resize_into", lambda image, out, crop, scratch: calls.append((image.shape, out.shape,
+                                                                                            crop)))
+    epoch_rate(c.DecodeLimit(jpegs, task, "crop"))
+    assert calls == []
+    epoch_rate(c.DecodeLimit(jpegs, task, "crop", resize=True))
+    assert len(calls) == 6 and all(out == (160, 160, 3) for _, out, _ in calls)
+    assert all(crop[2] <= image[0] and crop[3] <= image[1] for image, _, crop in calls)
+
+
 def test_a_limit_that_cannot_decode_an_image_raises_instead_of_reporting_a_rate():
     jpegs = make_jpegs(4, 256)
     jpegs[3] = jpegs[3][: len(jpegs[3]) // 2]  # truncated: libjpeg-turbo warns of the premature end

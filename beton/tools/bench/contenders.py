@@ -23,6 +23,7 @@ from beton.storage import DatasetWriter
 from beton.tools.bench.data import ArrayDataset, DecodedJpegDataset, JpegDataset
 from beton.fields import IntField, NDArrayField, RGBImageField
 from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders.rgb_image import resize_into, single_threaded_opencv
 from beton.pipeline.operation import Scratch
 from beton.random import operation_key
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
@@ -241,20 +242,25 @@ class DecodeLimit:
 
     Each image is cropped where the decoder crops it (its own :meth:`crop`) and decoded by the decoder's own
     :meth:`~beton.decoders.rgb_image.RandomResizedCropRGBImageDecoder.decoded_crop`: the DCT scale it picks,
-    its upsampling setting, into per-thread scratch buffers; no resize, no flip, no batches, no file. ``rows``:
+    its upsampling setting, into per-thread scratch buffers; no flip, no batches, no file. ``rows``:
 
     * ``"whole"``: every row of the image at that scale (``decode_whole=True``), what any loader decoding
       whole JPEGs must do;
     * ``"crop"``: only the MCU rows down to the crop's bottom edge, as the decoder does by default: the
-      ceiling of beton's own approach (beton can pass the whole-image limit, never this one).
+      ceiling of beton's own approach to decoding (beton can pass the whole-image limit, never this one).
+
+    With ``resize``, each decoded crop is also resized into one output image as the decoder resizes it
+    (:func:`~beton.decoders.rgb_image.resize_into`): the least work the task itself takes, so that beton's share
+    of it is what its loading costs beyond that work.
 
     Image sizes are read once, up front, as the loader reads them from its data table.
     """
 
-    def __init__(self, jpegs: list[bytes], task: ImageTask, rows: str, seed: int = 0) -> None:
+    def __init__(self, jpegs: list[bytes], task: ImageTask, rows: str, seed: int = 0, resize: bool = False) -> None:
         if rows not in ("whole", "crop"):
             raise ValueError(f"rows must be 'whole' or 'crop', got {rows!r}")
         self.decoder = dataclasses.replace(task.decoder, decode_whole=rows == "whole")
+        self.resize = resize
         self.payloads = [np.frombuffer(data, np.uint8) for data in jpegs]
         self.shapes = [tuple(simplejpeg.decode_jpeg_header(data)[:2]) for data in jpegs]
         self.out_shape = (task.size, task.size, 3)
@@ -267,12 +273,16 @@ class DecodeLimit:
         failures: list[BaseException] = []
 
         def decode(indices: range) -> None:
-            scratch = Scratch()
+            scratch, out = Scratch(), np.empty(self.out_shape, np.uint8)
+            single_threaded_opencv()  # as in the loader's workers
             try:
                 for index in indices:
                     height, width = self.shapes[index]
                     crop = self.decoder.crop(key, index, height, width)
-                    self.decoder.decoded_crop(self.payloads[index], (height, width, 3), crop, self.out_shape, scratch)
+                    image, scaled = self.decoder.decoded_crop(self.payloads[index], (height, width, 3), crop,
+                                                              self.out_shape, scratch)
+                    if self.resize:
+                        resize_into(image, out, scaled, scratch=scratch)
             except BaseException as error:  # a limit that skipped images would report a rate it never reached
                 failures.append(error)
 

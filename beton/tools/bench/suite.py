@@ -11,10 +11,11 @@ f. writer samples/s (JPEG bytes stored as they are; arrays encoded to JPEG)
 g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from the page cache before every
    epoch: bytes read from storage (/proc/self/io) and images/s
 
-(a)-(c) also report two limits, beton's crop decoder's own decode step alone in 2 threads (same crops, DCT
-scales and decoder settings; no resize, no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`):
-the whole image decoded, what any loader of whole JPEGs needs; and only the MCU rows each crop needs, the
-ceiling of beton's own approach. ``beton_share`` is beton's paired ratio to each.
+(a)-(c) also report three limits, beton's crop decoder's own steps alone in 2 threads (same crops, DCT scales
+and decoder settings; no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`): the whole image
+decoded, what any loader of whole JPEGs needs; only the MCU rows each crop needs, the ceiling of beton's own
+approach to decoding; and those rows decoded and resized to the output, the least work of the task, whose
+share is what beton's loading costs beyond it. ``beton_share`` is beton's paired ratio to each.
 Contenders that are not installed (FFCV, DALI, WebDataset, Pillow, Mosaic Streaming, LitData) are skipped with
 the reason printed. Contenders that read files of their own (beton, FFCV, Mosaic Streaming, LitData) write them
 from the same JPEGs first; ``conversion_seconds`` keeps how long that took, timed apart from the epochs.
@@ -69,8 +70,10 @@ def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted |
     return result
 
 
-#: DecodeLimit's rows -> the limit's name in the results
-_LIMITS = {"whole": "decode limit (whole image)", "crop": "decode limit (crop rows)"}
+#: beton_share's key -> the limit's name in the results, and DecodeLimit's rows and resize
+_LIMITS = {"whole": ("decode limit (whole image)", "whole", False),
+           "crop": ("decode limit (crop rows)", "crop", False),
+           "crop+resize": ("decode (crop rows) + resize limit", "crop", True)}
 
 
 def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
@@ -81,7 +84,8 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
 
     result = measure_contenders({
         "beton": lambda: c.converted(lambda: c.write_beton_images(jpegs, path), lambda: c.beton_images(path, task)),
-        **{limit: (lambda rows=rows: c.DecodeLimit(jpegs, task, rows)) for rows, limit in _LIMITS.items()},
+        **{limit: (lambda rows=rows, resize=resize: c.DecodeLimit(jpegs, task, rows, resize=resize))
+           for limit, rows, resize in _LIMITS.values()},
         "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
@@ -91,7 +95,7 @@ def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.Image
         "LitData": lambda: peers.litdata_images(jpegs, task, files("litdata")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
-    result["beton_share"] = {rows: result["beton_over"][limit] for rows, limit in _LIMITS.items()}
+    result["beton_share"] = {key: result["beton_over"][limit] for key, (limit, _, _) in _LIMITS.items()}
     return result
 
 
@@ -237,7 +241,8 @@ def markdown_table(result: dict) -> str:
             for name, rate in values["images_per_s"].items():
                 ratio = values.get("beton_over", {}).get(name, 1.0)
                 lines.append(f"| {title} | {name} | {rate:,} | {ratio:.2f} |")
-    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-rows limit"
+    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-rows limit, "
+              f"{share['crop+resize']:.2f} of the crop-rows + resize limit"
               for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
     if shares:
         lines += ["", "beton's share of the decode limits (paired ratios):", *shares]
