@@ -76,7 +76,9 @@ _LIMITS = {"whole": ("decode limit (whole image)", "whole", False),
            "crop+resize": ("decode (crop rows) + resize limit", "crop", True)}
 
 
-def _image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
+def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
+    """Scenarios (a)-(c): every image contender and the three limits on ``jpegs``, files written in
+    ``directory`` under ``name``."""
     path = os.path.join(directory, f"{name}.beton")
 
     def files(kind: str) -> str:  # a contender's own folder for this scenario
@@ -204,9 +206,9 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         small, large = make_jpegs(count, 256), make_jpegs(count, 500)
         steps = [
-            ("a. RRC-160, ~256 px JPEGs", lambda: _image_scenario(small, directory, "small", c.ImageTask("rrc", 160, 64), repeats)),
-            ("b. RRC-160, ~500 px JPEGs", lambda: _image_scenario(large, directory, "large", c.ImageTask("rrc", 160, 64), repeats)),
-            ("c. CenterCrop-224, ~256 px JPEGs", lambda: _image_scenario(small, directory, "small", c.ImageTask("center", 224, 64), repeats)),
+            ("a. RRC-160, ~256 px JPEGs", lambda: image_scenario(small, directory, "small", c.ImageTask("rrc", 160, 64), repeats)),
+            ("b. RRC-160, ~500 px JPEGs", lambda: image_scenario(large, directory, "large", c.ImageTask("rrc", 160, 64), repeats)),
+            ("c. CenterCrop-224, ~256 px JPEGs", lambda: image_scenario(small, directory, "small", c.ImageTask("center", 224, 64), repeats)),
             ("d. raw 3x32x32, batch 512", lambda: _raw_scenario(raw_count, directory, repeats)),
             ("e. first batch in a fresh process", lambda: _first_batch_scenario(os.path.join(directory, "small.beton"), directory)),
             ("f. writer", lambda: _writer_scenario(small, directory)),
