@@ -1,9 +1,9 @@
 """RandomResizedCrop-160 + flip against FFCV 1.0.2 and the decode limits, at ~256 and ~500 px (issue #28's ratios).
 
-    PYTHONPATH=. FFCV_VENV/bin/python benchmarks/rrc_ratios.py [--images N] [--repeats R] [--output FILE]
+    PYTHONPATH=. FFCV_PYTHON benchmarks/rrc_ratios.py [--images N] [--repeats R] [--output FILE]
 
 The suite's scenarios a and b (``beton bench``) alone: the same photo JPEGs, every contender in turn each round,
-"beton is x faster" the median of the ratios within each round. Run it with a Python where FFCV 1.0.2 is
+"beton is x faster" the median of the ratios within each round. FFCV_PYTHON: a Python where FFCV 1.0.2 is
 installed next to beton (for benchmarks only, never a dependency); without FFCV its row is skipped and the
 limits are still measured.
 Writes benchmarks/results/rrc_ratios.json (``--output`` another file), each run's rounds included.

@@ -70,3 +70,17 @@ def test_every_fraction_gives_the_fixed_point_weighted_sum_exactly(dtype, y0, x0
             expected = (weights[0] * pixels[:-1, :-1] + weights[1] * pixels[:-1, 1:] + weights[2] * pixels[1:, :-1]
                         + weights[3] * pixels[1:, 1:] + 128) >> 8
             assert np.array_equal(out, expected.astype(dtype)), (steps_y, steps_x)
+
+
+def test_halves_take_the_kernel_without_products(monkeypatch):
+    """Fractions of 0 and 1/2 (every crop on a 1/2 decode) go to the averaging kernel, any other to the weighted
+    one: the speed of the common case depends on it, the pixels do not (the test above)."""
+    import beton.decoders.subpixel as subpixel
+
+    calls = []
+    monkeypatch.setattr(subpixel, "_half_kernel", lambda *arguments: calls.append("half"))
+    monkeypatch.setattr(subpixel, "_shift_kernel", lambda *arguments: calls.append("weighted"))
+    image, out = photo_crop(0, 20, 20), np.empty((10, 10, 3), np.uint8)
+    for fractions in [(0.5, 0.0), (0.0, 0.5), (0.5, 0.5), (0.25, 0.0), (0.5, 0.75), (0.0, 0.0)]:
+        shift_into(image, 2, 3, *fractions, out)
+    assert calls == ["half", "half", "half", "weighted", "weighted", "weighted"]

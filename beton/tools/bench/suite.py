@@ -43,7 +43,7 @@ from beton.tools.bench.report import run_header
 from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite", "measure_contenders", "measured_epoch"]
+__all__ = ["run_suite", "measure_contenders", "measured_epoch", "image_scenario"]
 
 
 def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
