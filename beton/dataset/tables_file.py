@@ -21,11 +21,11 @@ manifest's. Reading it (:func:`read_tables_file`) is untrusted input like any fi
 manifest's, its fields these, one sample per shard, each table's size what the manifest's counts and the first
 shard's fields make it, geometry a beton file can have, every payload inside its shard's heap, and the first shard's
 header the one the manifest lists (its SHA-256), its field table the one that header's CRC32 names. No shard is
-opened: each is checked when the first epoch that serves its samples starts
-(:meth:`beton.dataset.union.ShardedPages.will_serve`, by :meth:`~beton.dataset.union.ShardedDataset.open_pages`):
-its header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must equal the
-tables file's, or a :class:`~beton.errors.ShardError` names it before the epoch's first batch (a field without
-payloads takes its values from the tables file, and no page read would open its shard).
+opened: each is checked when the first batch with samples in it is computed
+(:meth:`beton.dataset.union.ShardedPages.will_serve`, called by the memory layer before the batch's values are
+read): its header's SHA-256 is the manifest's, and its tables, read and checked as without a tables file, must
+equal the tables file's, or a :class:`~beton.errors.ShardError` names it before any of its samples is served (a
+field without payloads takes its values from the tables file, and no page read would open its shard).
 """
 
 from __future__ import annotations

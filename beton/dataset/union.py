@@ -368,12 +368,12 @@ class ShardedDataset(TableNames):
                 raise
         return source
 
-    def unchecked_shards(self, batches: Sequence[np.ndarray]) -> np.ndarray:
-        """The shards (ascending) that the samples of ``batches`` lie in and that were not yet compared with the
-        manifest's tables file (none without one)."""
-        if self._unchecked is None or not self._unchecked.any() or not len(batches):
+    def unchecked_shards(self, samples: np.ndarray) -> np.ndarray:
+        """The shards (ascending) that ``samples`` lie in and that were not yet compared with the manifest's
+        tables file (none without one)."""
+        if self._unchecked is None or not len(samples):
             return np.zeros(0, np.int64)
-        shards = np.unique(self.manifest.locate(np.concatenate(list(batches)))[0])
+        shards = np.unique(self.manifest.locate(samples)[0])
         return shards[self._unchecked[shards]]
 
     def _check_local_against_tables_file(self, number: int, source: LocalFile) -> None:
@@ -577,11 +577,14 @@ class ShardedPages:
                                    f"{self.description} failed their checks too)")
             raise error
 
-    def will_serve(self, batches: Sequence[np.ndarray]) -> None:
-        """Compare with the tables file every shard the epoch's samples lie in that was not compared yet, before
-        any batch is served: a field without payloads (an IntField) takes its values from the tables file, and
-        no page read would ever open its shard. Several at once where some are URLs."""
-        shards = self._dataset.unchecked_shards(batches)
+    def will_serve(self, samples: np.ndarray) -> None:
+        """Compare with the tables file every shard a batch's ``samples`` lie in that was not compared yet, before
+        any value of the batch is read: a field without payloads (an IntField) takes its values from the tables
+        file, and no page read would ever open its shard. Several at once where some are URLs. Per batch, not
+        for the whole epoch at its start: a shard is then opened once for its first batch, which also reads its
+        pages, instead of once more before the first batch (every shard of a large union, before anything is
+        served, and again for its pages once the bound on open shards had closed it)."""
+        shards = self._dataset.unchecked_shards(samples)
         if len(shards) == 0:
             return
 

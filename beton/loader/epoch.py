@@ -193,6 +193,7 @@ class EpochEngine:
         samples = epoch.batches[batch]
         memory = self.memory
         try:
+            memory.will_serve(samples)
             sources = [memory.source(stored, samples, batch, slot) for stored in self.fields]
             if not self.delivery.overwrite_kept:
                 slot.release_kept()

@@ -7,8 +7,9 @@ A user picks a strategy (:class:`MemoryStrategy`: :class:`~beton.memory.OSCache`
 1. :meth:`MemoryLayer.start_epoch` when an epoch starts, with what the epoch will read (:class:`EpochReads`:
    its batches, the payload columns its pipelines read, the pieces of each allocation its decoders read, the
    epoch's slot gate);
-2. :meth:`MemoryLayer.source` from a worker thread, once per stored field per batch, before the batch's
-   stages run: a :class:`~beton.pipeline.operation.Source` the decoders read;
+2. :meth:`MemoryLayer.will_serve` from a worker thread, once per batch, with its samples, then
+   :meth:`MemoryLayer.source` once per stored field, before the batch's stages run: a
+   :class:`~beton.pipeline.operation.Source` the decoders read;
 3. :meth:`MemoryLayer.batch_done` once the batch's stages are over (also when they failed), for every batch
    whose sources were asked for;
 4. :meth:`MemoryLayer.close` when the Loader closes.
@@ -133,12 +134,16 @@ class MemoryLayer(abc.ABC):
         """An epoch starts: check that the path still names the opened file, count from zero, and remember the
         pieces the decoders read. A layer that reads ahead also starts reading ``reads.batches`` here."""
         self.file.check_path()
-        self.file.will_serve(reads.batches[reads.first:])
         self.counters = MemoryCounters()
         self._pieces = dict(reads.pieces)
         for column, pieces in self._pieces.items():
             _check_within_payloads(pieces, self._sizes[column], column)
         self._piece_bytes = {column: pieces.read_bytes() for column, pieces in self._pieces.items()}  # per sample
+
+    def will_serve(self, samples: np.ndarray) -> None:
+        """A batch of ``samples`` is about to be computed: the file checks what it has not checked yet of the
+        files they lie in (a union's shards, against its tables file), before any of their values is read."""
+        self.file.will_serve(samples)
 
     def empty_source(self, stored: StoredField) -> Source:
         """A Source with no payloads (fields without payloads; compiling stages on an empty batch)."""

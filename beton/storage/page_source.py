@@ -30,9 +30,9 @@ class PageSource(Protocol):
     changed since it was opened (called per batch, so cheap); ``check_path()`` also checks that the name still
     names the opened file (per epoch). ``close()`` releases it. ``will_read(batch_pages, budget_pages)``: the
     heap pages each batch of the coming epoch needs and the reader's page budget, so that a source with latency
-    can fetch ahead (a local file ignores it). ``will_serve(batches)``: the samples of each batch the coming epoch
-    serves, before any is served, so that a source over several files can check the files they lie in that it
-    has not checked yet (one file was checked when it opened).
+    can fetch ahead (a local file ignores it). ``will_serve(samples)``: the samples of a batch, before any of its
+    values are read, so that a source over several files can check the files they lie in that it has not
+    checked yet (one file was checked when it opened).
     """
 
     description: str
@@ -46,7 +46,7 @@ class PageSource(Protocol):
 
     def check_path(self) -> None: ...
 
-    def will_serve(self, batches: Sequence[np.ndarray]) -> None: ...
+    def will_serve(self, samples: np.ndarray) -> None: ...
 
     def close(self) -> None: ...
 
@@ -108,7 +108,7 @@ class LocalFile:
         if file_identity(status)[2] != self.identity[2]:
             raise self._error("the file was modified (its modification time changed) while it was being read")
 
-    def will_serve(self, batches: Sequence[np.ndarray]) -> None:
+    def will_serve(self, samples: np.ndarray) -> None:
         pass  # one file, checked when it opened
 
     def check_path(self) -> None:

@@ -214,9 +214,10 @@ def test_index_refuses_a_shard_whose_tables_are_damaged_naming_it(dataset):
 
 
 @pytest.mark.parametrize("os_cache", [False, True])
-def test_a_replaced_shard_of_fields_without_payloads_is_refused_before_any_batch(tmp_path, os_cache):
-    """Labels alone: their values come from the tables file, no page read would open a shard, so each shard an
-    epoch serves is compared with the tables file when the epoch starts, before its first batch."""
+def test_a_replaced_shard_of_fields_without_payloads_is_refused_before_its_samples_are_served(tmp_path, os_cache):
+    """Labels alone: their values come from the tables file, no page read would open a shard, so each shard is
+    compared with the tables file before the first batch with samples in it: the batches before are served,
+    that one and none after."""
     labels = {"label": IntField()}
     parts = [write(tmp_path / f"labels-{k}.beton", labels, [(100 * k + i,) for i in range(20)]) for k in range(3)]
     manifest = str(tmp_path / "labels.json")
@@ -230,7 +231,8 @@ def test_a_replaced_shard_of_fields_without_payloads_is_refused_before_any_batch
             pytest.raises(ShardError, match="shard 1 of 3 is not the file the manifest lists") as raised:
         for (batch,) in loader:
             served.append(batch)
-    assert served == [] and raised.value.path == str(parts[1])
+    assert [batch.tolist() for batch in served] == [list(range(8)), list(range(8, 16))]  # 16..23 spans shard 1
+    assert raised.value.path == str(parts[1])
 
 
 def test_index_refuses_to_write_its_tables_file_over_a_listed_shard(tmp_path):

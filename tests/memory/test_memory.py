@@ -117,7 +117,7 @@ class FakePages:
     def check_path(self) -> None:
         pass
 
-    def will_serve(self, batches) -> None:
+    def will_serve(self, samples) -> None:
         pass
 
     def will_read(self, batch_pages, budget_pages) -> None:

@@ -59,7 +59,7 @@ class RemotePageSource:
         if self._closed:
             raise LoaderError(f"{self.description}: the Loader was closed")
 
-    def will_serve(self, batches: Sequence[np.ndarray]) -> None:
+    def will_serve(self, samples: np.ndarray) -> None:
         pass  # one file, checked when it opened
 
     def check_path(self) -> None:
