@@ -116,6 +116,16 @@ def resize_into(image: np.ndarray, out: np.ndarray, crop: tuple[float, float, fl
     target[...] = resized[:out_height, :out_width]
 
 
+def _checked_output_size(value: Any) -> tuple[int, int]:
+    """``value`` as (height, width), or a PipelineError: two whole numbers of at least 1."""
+    size = tuple(value) if isinstance(value, (tuple, list, np.ndarray)) else None
+    if size is None or len(size) != 2 or not all(isinstance(side, (int, np.integer)) and not isinstance(side, bool)
+                                                 and side >= 1 for side in size):
+        raise PipelineError(f"output_size must be (height, width) of positive integers (a square of side 64 is "
+                            f"(64, 64)), got {value!r}")
+    return int(size[0]), int(size[1])
+
+
 def _output_size_settable(cls: type) -> type:
     """Let ``decoder.output_size = (h, w)`` through the frozen dataclass (FFCV's progressive resizing sets it
     before each epoch; the Loader notices at the next ``iter(loader)`` and plans again). Every other field stays
@@ -126,10 +136,7 @@ def _output_size_settable(cls: type) -> type:
         if name != "output_size":
             frozen_setattr(self, name, value)
             return
-        size = tuple(value)
-        if len(size) != 2 or not all(isinstance(side, (int, np.integer)) and side >= 1 for side in size):
-            raise PipelineError(f"output_size must be (height, width) of positive integers, got {value!r}")
-        object.__setattr__(self, name, (int(size[0]), int(size[1])))
+        object.__setattr__(self, name, _checked_output_size(value))
 
     cls.__setattr__ = __setattr__
     return cls
@@ -152,11 +159,12 @@ class _CropDecoder(_ScanReader):
     fast_upsample: bool
     decode_whole: bool
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output_size", _checked_output_size(self.output_size))
+
     def output_state(self, previous: Any) -> State:
         field = _image_field(self, previous)
         height, width = self.output_size
-        if height < 1 or width < 1:
-            raise PipelineError(f"{self!r}: output_size must be positive, got {self.output_size}")
         return State((height, width, field.channels), field.numpy_dtype)
 
     def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
@@ -253,6 +261,7 @@ class RandomResizedCropRGBImageDecoder(_CropDecoder):
     decode_whole: bool = False  # True: decode JPEGs below the crop too (checks all their data every epoch)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 < self.scale[0] <= self.scale[1] or not 0 < self.ratio[0] <= self.ratio[1]:
             raise PipelineError(f"scale and ratio must be increasing positive ranges, got {self.scale}, {self.ratio}")
 
@@ -271,6 +280,13 @@ class CenterCropRGBImageDecoder(_CropDecoder):
     fidelity: int | None = None  # progressive JPEGs: scans to read (None: all)
     fast_upsample: bool = False  # validation: the accurate decode by default
     decode_whole: bool = False  # True: decode JPEGs below the crop too (checks all their data every epoch)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float, np.integer, np.floating)) \
+                or not 0 < self.ratio <= 1:
+            raise PipelineError(f"ratio is the crop's side over the image's shorter side: a number in (0, 1], got "
+                                f"{self.ratio!r}")
 
     def crop(self, key: np.uint64, sample: int, height: int, width: int) -> tuple[int, int, int, int]:
         return center_crop(height, width, self.ratio)

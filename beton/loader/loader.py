@@ -68,12 +68,14 @@ class Loader:
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
         distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
-        seed: seeds the order and every random augmentation; None draws one, recorded in ``state_dict()``.
+        seed: a whole number of at least 0; seeds the order and every random augmentation; None draws one,
+            recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
             None, rank 0 draws one and broadcasts it through the process group (a collective call: every rank
             builds its Loader, as DDP code does); with ``rank=``/``world_size=`` given by hand, the seed is 0
             (as FFCV's).
-        indices: the subset of samples to load (in this order for SEQUENTIAL).
+        indices: the subset of samples to load (in this order for SEQUENTIAL): whole sample numbers; a boolean
+            mask or floats are refused (``np.flatnonzero(mask)`` gives a mask's numbers).
         pipelines: field name -> list of operations; a missing field gets its default decoder and
             ToTensor; ``None`` drops the field.
         custom_fields: field classes for stored types that cannot be imported (see :class:`~beton.Reader`); an
@@ -501,6 +503,8 @@ def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
     """The seed every rank uses: the given one; else one drawn (one rank), broadcast from rank 0 when the shard
     comes from the process group (``collective``: every rank builds its Loader), else 0."""
     if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a whole number of at least 0 (or None to draw one), got {seed!r}")
         return int(seed)
     if world_size == 1:
         return secrets.randbits(63)
@@ -514,7 +518,14 @@ def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
 def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
     if indices is None:
         return np.arange(num_samples, dtype=np.int64)
-    selected = np.array(indices, dtype=np.int64).reshape(-1)
+    given = np.asarray(indices)
+    if given.dtype == bool:
+        raise ValueError("indices is a boolean mask: pass the sample numbers it selects, np.flatnonzero(mask) "
+                         "(a mask read as numbers would select samples 0 and 1)")
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        raise ValueError(f"indices must be whole sample numbers, got an array of {given.dtype} (values such as 1.7 "
+                         "are not rounded to a sample: convert them yourself)")
+    selected = given.astype(np.int64).reshape(-1)
     if len(selected) and (selected.min() < 0 or selected.max() >= num_samples):
         raise IndexError(f"indices must lie in [0, {num_samples}), got values from {selected.min()} to {selected.max()}")
     return selected

@@ -426,3 +426,20 @@ def test_progressive_resizing_sets_the_decoders_output_size_between_epochs(photo
     with pytest.raises(dataclasses.FrozenInstanceError):
         decoder.scale = (0.5, 1.0)
 
+
+
+@pytest.mark.parametrize("build", [
+    lambda: CenterCropRGBImageDecoder(64), lambda: RandomResizedCropRGBImageDecoder(64),
+    lambda: CenterCropRGBImageDecoder((64, 0)), lambda: RandomResizedCropRGBImageDecoder((1.5, 2)),
+    lambda: CenterCropRGBImageDecoder((64, 64, 3))], ids=["int", "int-rrc", "zero", "floats", "three"])
+def test_a_crop_decoder_with_an_output_size_that_is_not_height_and_width_is_refused_when_built(build):
+    with pytest.raises(PipelineError, match=r"output_size must be \(height, width\)"):
+        build()
+
+
+@pytest.mark.parametrize("ratio", [1.5, 0, -0.5, float("nan"), True])
+def test_a_center_crop_ratio_outside_zero_to_one_is_refused_when_built(ratio):
+    """Above 1 the crop starts before the image (raw images: numpy's negative slicing, other pixels than asked);
+    0 or nan gave 1-pixel crops."""
+    with pytest.raises(PipelineError, match=r"a number in \(0, 1\]"):
+        CenterCropRGBImageDecoder((64, 64), ratio=ratio)

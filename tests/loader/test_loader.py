@@ -448,6 +448,28 @@ def test_a_batch_size_that_is_not_a_whole_number_of_samples_is_named(image_file,
         Loader(image_file, batch_size=batch_size)
 
 
+@pytest.mark.parametrize("indices, message", [
+    (np.arange(203) % 2 == 0, "boolean mask"), ([True, False, True], "boolean mask"),
+    ([1.7, 2.2], "whole sample numbers"), (np.array([1.0, 2.0]), "whole sample numbers")])
+def test_indices_that_are_not_sample_numbers_are_refused_not_misread(image_file, indices, message):
+    """A mask read as numbers selects samples 0 and 1, floats read as numbers are truncated: both silently give
+    other samples than meant."""
+    with pytest.raises(ValueError, match=message):
+        Loader(image_file, batch_size=8, indices=indices)
+
+
+@pytest.mark.parametrize("indices", [range(3), [0, 2, 2], np.array([5], np.uint16), torch.tensor([1, 4]), []])
+def test_indices_as_any_kind_of_whole_numbers_work(image_file, indices):
+    with Loader(image_file, batch_size=8, num_workers=0, indices=indices) as loader:
+        assert loader.indices.tolist() == [int(index) for index in indices]
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True])
+def test_a_seed_that_is_not_a_whole_number_of_at_least_zero_is_refused_when_the_loader_is_built(image_file, seed):
+    with pytest.raises(ValueError, match="seed must be a whole number of at least 0"):
+        Loader(image_file, batch_size=8, seed=seed)
+
+
 def test_a_numpy_integer_batch_size_works(image_file):
     with Loader(image_file, batch_size=np.int64(50), num_workers=0) as loader:
         assert [len(labels) for _, labels in loader] == [50, 50, 50, 50, 3]
