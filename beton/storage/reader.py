@@ -159,6 +159,9 @@ class Reader(TableNames):
             self._memmap = np.memmap(self.path, dtype=np.uint8, mode="r")
         except FileNotFoundError as error:  # a BetonError, as for a missing object at a URL (a shard gone mid-epoch)
             raise ShardNotFoundError(f"no such file: {error.strerror}") from None
+        except IsADirectoryError:
+            raise FormatError("is a directory, not a beton file (for a folder of shards, pass a glob such as "
+                              "'DIR/*.beton' or a manifest)") from None
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage

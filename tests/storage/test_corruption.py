@@ -66,6 +66,13 @@ def test_empty_and_tiny_files(tmp_path):
             beton.Reader(path)
 
 
+def test_a_directory_is_a_format_error_naming_it(tmp_path):
+    for open_it in (beton.Reader, lambda path: beton.Loader(path, batch_size=2)):
+        with pytest.raises(FormatError, match="is a directory, not a beton file") as raised:
+            open_it(tmp_path)
+        assert raised.value.path == str(tmp_path)
+
+
 def truncation_points(path):
     regions, page_size = region_bounds(path)
     points = {0, 7, fmt.HEADER_SIZE - 1, fmt.HEADER_SIZE, fmt.HEAP_OFFSET}
