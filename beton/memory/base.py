@@ -129,6 +129,7 @@ class MemoryLayer(abc.ABC):
         self._empty = np.zeros(0, np.uint8)
         self._empty.flags.writeable = False  # the numba type of every layer's memory: read-only bytes
         self._no_offsets = np.zeros(0, np.int64)
+        self._whole_payloads: tuple[int, ...] = ()  # payload columns the epoch reads whole
 
     def start_epoch(self, reads: EpochReads) -> None:
         """An epoch starts: check that the path still names the opened file, count from zero, and remember the
@@ -136,14 +137,21 @@ class MemoryLayer(abc.ABC):
         self.file.check_path()
         self.counters = MemoryCounters()
         self._pieces = dict(reads.pieces)
+        self._whole_payloads = tuple(column for column in reads.payloads if column not in self._pieces)
         for column, pieces in self._pieces.items():
             _check_within_payloads(pieces, self._sizes[column], column)
         self._piece_bytes = {column: pieces.read_bytes() for column, pieces in self._pieces.items()}  # per sample
 
     def will_serve(self, samples: np.ndarray) -> None:
         """A batch of ``samples`` is about to be computed: the file checks what it has not checked yet of the
-        files they lie in (a union's shards, against its tables file), before any of their values is read."""
-        self.file.will_serve(samples)
+        files they lie in (a union's shards, against its tables file), before any of their values is read.
+        Samples with bytes in a payload column the epoch reads whole are left to the reading of those bytes,
+        which opens (and so checks) their files before the batch's sources exist: checking them here too would
+        open them a second time, closing others the reads had opened."""
+        for column in self._whole_payloads:
+            samples = samples[self._sizes[column].take(samples) == 0]
+        if len(samples):
+            self.file.will_serve(samples)
 
     def empty_source(self, stored: StoredField) -> Source:
         """A Source with no payloads (fields without payloads; compiling stages on an empty batch)."""

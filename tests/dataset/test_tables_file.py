@@ -235,6 +235,43 @@ def test_a_replaced_shard_of_fields_without_payloads_is_refused_before_its_sampl
     assert raised.value.path == str(parts[1])
 
 
+@pytest.mark.parametrize("os_cache", [False, True])
+def test_a_replaced_shard_whose_payloads_are_all_empty_is_refused_though_no_page_of_it_is_read(tmp_path, os_cache):
+    """Payloads are read, but shard 1's are all empty: no page read opens it, so the batch's own check must,
+    while shards with bytes are checked by the reads of their pages. Both kinds of shard in one batch."""
+    parts = [write(tmp_path / f"mixed-{k}.beton", FIELDS,
+                   [(100 * k + i, b"" if k == 1 else bytes([k, i]) * 40) for i in range(6)]) for k in range(3)]
+    manifest = str(tmp_path / "mixed.json")
+    index(manifest, parts)
+    write(parts[1], FIELDS, [(1000 + i, b"") for i in range(6)])  # the same size, other labels
+    served = []
+    with Loader(manifest, batch_size=4, os_cache=os_cache) as loader, \
+            pytest.raises(ShardError, match="shard 1 of 3 is not the file the manifest lists") as raised:
+        for labels, _ in loader:
+            served.append(labels.ravel().tolist())
+    assert served == [[0, 1, 2, 3]] and raised.value.path == str(parts[1])  # 4, 5 and 100, 101 come next
+
+
+@pytest.mark.parametrize("os_cache", [False, True])
+def test_the_first_batch_opens_the_shards_it_needs_not_every_shard(tmp_path, os_cache, monkeypatch):
+    """Shards are compared with the tables file as batches reach them: before, an epoch's start opened all of
+    them (at 100,000 shards at URLs, 100,000 requests before the first batch), then again to read pages."""
+    parts = [write(tmp_path / f"s-{k}.beton", FIELDS, samples(k, 4)) for k in range(40)]
+    manifest = str(tmp_path / "s.json")
+    index(manifest, parts)
+    opened = []
+    honest = ShardedDataset.open_pages
+    monkeypatch.setattr(ShardedDataset, "open_pages", lambda self, number: (opened.append(number),
+                                                                            honest(self, number))[1])
+    with Loader(manifest, batch_size=4, num_workers=1, batches_ahead=1, os_cache=os_cache) as loader:
+        labels, _ = next(iter(loader))
+        assert labels.ravel().tolist() == [label for label, _ in samples(0, 4)]
+        assert 1 <= len(set(opened)) <= 8  # the first batch's shard, and those of the few batches computed ahead
+        for _ in loader:
+            pass
+    assert sorted(set(opened)) == list(range(40)) and len(opened) == 40  # each once (40 < the open-shard bound)
+
+
 def test_index_refuses_to_write_its_tables_file_over_a_listed_shard(tmp_path):
     shard = write(tmp_path / "c.tables", FIELDS, samples(0, 3))
     before = open(shard, "rb").read()
