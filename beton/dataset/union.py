@@ -341,10 +341,15 @@ class ShardedDataset(TableNames):
                 reader.close()
                 raise
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
+        # One look, before opening, decides: a shard with no identity yet (from a tables file, not compared) is
+        # compared now. Asking again after the open could hear that another thread compared it meanwhile, while
+        # this thread, which had no identity to hold the file to, opened a file replaced in between (two threads
+        # open a shard at once: batches check their own shards while the page reader reads).
+        identity = self._identities[number]
+        compare = self._unchecked is not None and identity is None
         try:
             source = LocalFile.reopened(shard.location, int(self.file_sizes[number]),
-                                        lambda header: header_digest(header) == shard.header_sha256,
-                                        self._identities[number])
+                                        lambda header: header_digest(header) == shard.header_sha256, identity)
         except FileNotFoundError as error:
             raise self._missing(number, error) from None
         except OSError as error:  # a file this user may no longer read, ...
@@ -353,14 +358,14 @@ class ShardedDataset(TableNames):
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} cannot be read: {error}"),
                          path=shard.location) from None
         except FormatError as error:
-            if self._unchecked is not None and self._unchecked[number]:  # opened for the first time
+            if compare:  # opened for the first time
                 raise locate(ShardError(
                     f"shard {number} of {len(self.manifest.shards)} is not the file the manifest lists: its size or "
                     "its header's SHA-256 is not the one the manifest and its tables file give (the file changed "
                     "since `beton index` ran; run it again)"), path=shard.location) from None
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} is not the file this dataset "
                                     f"opened: {error.args[0]}"), path=shard.location) from None
-        if self._unchecked is not None and self._unchecked[number]:
+        if compare:
             try:
                 self._check_local_against_tables_file(number, source)
             except BaseException:
@@ -403,7 +408,7 @@ class ShardedDataset(TableNames):
         if different:
             raise locate(ShardError(
                 f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
-                f"describes: its {' and '.join(different)} differ (the shard or the tables file changed since "
+                f"describes: its {' and '.join(different)} {'differ' if len(different) > 1 else 'differs'} (the shard or the tables file changed since "
                 "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
         self._unchecked[number] = False
 

@@ -272,6 +272,30 @@ def test_the_first_batch_opens_the_shards_it_needs_not_every_shard(tmp_path, os_
     assert sorted(set(opened)) == list(range(40)) and len(opened) == 40  # each once (40 < the open-shard bound)
 
 
+def test_a_shard_replaced_while_another_thread_compares_it_is_compared_by_the_thread_that_opened_it(tmp_path,
+                                                                                                      monkeypatch):
+    """Two threads open a shard at once (a batch's check, the page reader): one finishes comparing the original
+    while the other opens the file, replaced in between. The second had no identity to hold the file to, so it
+    must compare what it opened, whatever the first recorded meanwhile."""
+    parts, manifest, _ = make_dataset(tmp_path)
+    from beton.storage.page_source import LocalFile
+
+    honest = LocalFile.reopened
+    with open_dataset(manifest) as dataset:
+        def replaced_meanwhile(path, *arguments):
+            dataset._unchecked[2] = False  # the other thread's comparison of the original ended
+            with open(parts[2], "r+b") as file:  # and a label changed in place: the header, and its hash, kept
+                content = file.read()
+                file.seek(content.index((200).to_bytes(8, "little")))
+                file.write((999).to_bytes(8, "little"))
+            return honest(path, *arguments)
+
+        monkeypatch.setattr(LocalFile, "reopened", staticmethod(replaced_meanwhile))
+        with pytest.raises(ShardError, match="shard 2 is not the file the manifest's tables file .* data table differs") as raised:
+            dataset.open_pages(2)
+        assert raised.value.path == parts[2]
+
+
 def test_index_refuses_to_write_its_tables_file_over_a_listed_shard(tmp_path):
     shard = write(tmp_path / "c.tables", FIELDS, samples(0, 3))
     before = open(shard, "rb").read()
