@@ -406,9 +406,10 @@ class ShardedDataset(TableNames):
         different = [what for what, differs in (("data table", data != self.data_table[low:high].tobytes()),
                                                 ("allocation table", allocations != stored.tobytes())) if differs]
         if different:
+            verb = "differ" if len(different) > 1 else "differs"
             raise locate(ShardError(
                 f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
-                f"describes: its {' and '.join(different)} {'differ' if len(different) > 1 else 'differs'} (the shard or the tables file changed since "
+                f"describes: its {' and '.join(different)} {verb} (the shard or the tables file changed since "
                 "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
         self._unchecked[number] = False
 
@@ -586,9 +587,9 @@ class ShardedPages:
         """Compare with the tables file every shard a batch's ``samples`` lie in that was not compared yet, before
         any value of the batch is read: a field without payloads (an IntField) takes its values from the tables
         file, and no page read would ever open its shard. Several at once where some are URLs. Per batch, not
-        for the whole epoch at its start: a shard is then opened once for its first batch, which also reads its
-        pages, instead of once more before the first batch (every shard of a large union, before anything is
-        served, and again for its pages once the bound on open shards had closed it)."""
+        for the whole epoch at its start, which opened every shard of a large union before anything was served,
+        and again for its pages once the bound on open shards had closed it (the memory layer leaves out the
+        samples whose pages the batch reads: :meth:`~beton.memory.base.MemoryLayer.will_serve`)."""
         shards = self._dataset.unchecked_shards(samples)
         if len(shards) == 0:
             return
