@@ -40,6 +40,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from beton.errors import FormatError, locate
+from beton.storage.page_source import file_identity
 
 __all__ = ["FileLease", "CopyLeases", "POLL_SECONDS"]
 
@@ -136,7 +137,7 @@ class CopyLeases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._copying: dict[int, _Copying] = {}  # descriptor -> its copies, while any is in progress
-        self._ever_leased: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files granted a lease once
+        self._ever_leased: set[tuple[int, int]] = set()  # (device, inode) of the files granted a lease once
 
     @contextlib.contextmanager
     def copying(self, fd: int, path: str, check: Callable[[], None]) -> Iterator[bool]:
@@ -147,8 +148,7 @@ class CopyLeases:
         with self._lock:
             state = self._copying.get(fd)
             if state is None:
-                status = os.fstat(fd)
-                identity = (status.st_dev, status.st_ino)
+                identity = file_identity(os.fstat(fd))[:2]  # the file, whatever its modification time
                 leased = _take_lease(fd)
                 if identity in self._ever_leased and not leased:
                     raise locate(FormatError(_CHANGING), path=path)
