@@ -53,8 +53,8 @@ from beton.storage.remote.upload import upload_file
 from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
                                   table_names)
 
-__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow", "write_tables_file",
-           "write_indexed_manifest", "read_tables_file", "OpenedTables"]
+__all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow",
+           "write_tables_file", "write_indexed_manifest", "read_tables_file", "OpenedTables"]
 
 TABLES_KIND = "beton shard tables"
 _BLOBS = ("header", "data_table", "allocation_table", "metadata", "digest_table")
