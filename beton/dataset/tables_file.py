@@ -328,15 +328,15 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table
     version = headers["version"]
     with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
     everywhere = np.ones(len(headers), bool)
-    for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
-                          ("digest_table", with_digests)):
+    present_in = (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
+                  ("digest_table", with_digests))  # each table, and the shards whose version has it
+    for name, present in present_in:
         # each table as long as its header says (or empty where its version has none), before anything is hashed,
         # joined or reshaped: lengths that only add up would move samples across shards
         ok &= np.where(present, blobs[name].sizes == headers[name]["size"].astype(np.int64), blobs[name].sizes == 0)
     # where a shard's digests are checked they pin every table, its CRC32s add nothing
     by_crc = ~with_digests if verify_content is not False else everywhere
-    for name, present in (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
-                          ("digest_table", with_digests)):
+    for name, present in present_in:
         numbers = np.flatnonzero(present & by_crc & ok)
         crcs = np.array([zlib.crc32(blobs[name][number]) for number in numbers.tolist()], np.uint32)
         ok[numbers] &= crcs == headers[name]["crc32"][numbers]
