@@ -127,7 +127,9 @@ class RangeServer(LoopbackServer):
     """Serves ``directory`` on 127.0.0.1; ``url(name)`` is a file's URL. Use as a context manager.
 
     ``faults`` (a list, consumed in order) and ``latency`` may be changed while it runs; ``requests`` counts the
-    GET requests answered with file bytes, ``bytes_sent`` their body bytes, ``most_at_once`` the most GET
+    GET requests answered with file bytes (counted as the bytes start to go: counted after, a client that had
+    read them could look before the count moved, and see its last request counted in its next reads),
+    ``bytes_sent`` the body bytes sent, ``most_at_once`` the most GET
     requests it was answering at the same time, ``paths`` the path of every request (GET or HEAD) in order.
     """
 
@@ -234,6 +236,8 @@ class RangeServer(LoopbackServer):
         if fault is not None and fault.kind == "truncate":
             body = body[: len(body) // 2]
             handler.close_connection = True
+        with self._lock:  # before the body leaves: a client holding it must find it counted
+            self.requests += 1
         try:
             self._link.send(handler.wfile.write, body)
             handler.wfile.flush()
@@ -241,7 +245,6 @@ class RangeServer(LoopbackServer):
             handler.close_connection = True
             return None
         with self._lock:
-            self.requests += 1
             self.bytes_sent += len(body)
         return None
 
