@@ -606,6 +606,10 @@ class ShardedPages:
                                                    thread_name_prefix="beton-shard-check") as pool:
             list(pool.map(compare, shards.tolist()))  # the first failure in order is raised
 
+    def sample_file(self, sample: int) -> tuple[str, int]:
+        shard, local = self._dataset.shard_of(sample)
+        return self._dataset.manifest.shards[shard].location, local
+
     def check_path(self) -> None:
         with self._lock:
             self._raise_if_closed()

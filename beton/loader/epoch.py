@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from beton.errors import LoaderError
+from beton.errors import BetonError, LoaderError, locate
 from beton.memory.base import EpochReads, MemoryLayer, StoredField
 from beton.pieces import Pieces
 from beton.pipeline.compiler import Plan
@@ -203,6 +203,17 @@ class EpochEngine:
         finally:
             memory.batch_done(batch)
 
+    def name_file(self, error: BaseException) -> None:
+        """Add the file to a batch's error about one sample (a decoder knows the sample, never the file): the
+        dataset the sample's number counts in, and for a union of shards a note naming the shard and the
+        sample's index in it."""
+        sample = getattr(error, "sample", None)
+        if isinstance(error, BetonError) and sample is not None and error.path is None:
+            dataset = self.memory.file.description
+            shard, index = self.memory.file.sample_file(sample)
+            locate(error, path=dataset, note=None if shard == dataset else
+                   f"beton: sample {sample} of the dataset is sample {index} of the shard {shard!r}")
+
     def deliver(self, outputs: tuple) -> tuple:
         """The batch as the loop receives it (in the loop's thread): pinned or copied if asked."""
         if self.delivery.pin_memory:  # both parts of Padded/Packed batches
@@ -336,6 +347,7 @@ class EpochIterator:
             return self.__next__()  # raises as the ended epoch says
         ok, value = found
         if not ok:
+            self._engine.name_file(value)
             self.close()
             raise value
         delivered = self._engine.deliver(value)

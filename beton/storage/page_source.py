@@ -32,7 +32,8 @@ class PageSource(Protocol):
     heap pages each batch of the coming epoch needs and the reader's page budget, so that a source with latency
     can fetch ahead (a local file ignores it). ``will_serve(samples)``: the samples of a batch, before any of its
     values are read, so that a source over several files can check the files they lie in that it has not
-    checked yet (one file was checked when it opened).
+    checked yet (one file was checked when it opened). ``sample_file(sample)``: the file that holds ``sample``
+    and its index there, for errors (a union's shard; else this file and ``sample``).
     """
 
     description: str
@@ -47,6 +48,8 @@ class PageSource(Protocol):
     def check_path(self) -> None: ...
 
     def will_serve(self, samples: np.ndarray) -> None: ...
+
+    def sample_file(self, sample: int) -> tuple[str, int]: ...
 
     def close(self) -> None: ...
 
@@ -110,6 +113,9 @@ class LocalFile:
 
     def will_serve(self, samples: np.ndarray) -> None:
         pass  # one file, checked when it opened
+
+    def sample_file(self, sample: int) -> tuple[str, int]:
+        return self.path, sample
 
     def check_path(self) -> None:
         try:

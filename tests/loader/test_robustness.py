@@ -12,10 +12,15 @@ import time
 import pytest
 import torch
 
+import beton
 from beton import Loader, OrderOption
-from beton.decoders import IntDecoder, NDArrayDecoder
+from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, NDArrayDecoder
+from beton.errors import DecodeError
+from beton.fields import IntField, RGBImageField
 from beton.transforms import ToTensor
 
+from conftest import write
+from golden_files import photos
 from jit_ops import FailOnSample, PythonFailOnSample, TorchFailOnSample
 from resume_conformance import where
 
@@ -214,3 +219,34 @@ print("exiting")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "exiting\n"
+
+
+def damage_jpeg(path, sample: int) -> None:
+    """Overwrite the start of ``sample``'s JPEG in place (its page checksum is left wrong: the loader does not
+    check it, ``verify`` would)."""
+    with beton.Reader(path) as reader:
+        offset = int(reader.allocation_table[sample, 0]["offset"])
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(bytes(16))
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_sample_that_cannot_be_decoded_names_its_file(tmp_path, num_workers):
+    fields = {"image": RGBImageField(write_mode="jpg"), "label": IntField()}
+    shards = [write(tmp_path / f"part-{k}.beton", fields, [(photo, i) for i, photo in enumerate(photos(6))])
+              for k in range(2)]
+    damage_jpeg(shards[1], 4)
+    pipelines = {"image": [CenterCropRGBImageDecoder((16, 16)), ToTensor()]}
+    for dataset, sample, file in [(shards[1], 4, str(shards[1])), (str(tmp_path / "part-*.beton"), 10, None)]:
+        with pytest.raises(DecodeError) as caught:
+            for _ in Loader(dataset, batch_size=4, num_workers=num_workers, pipelines=pipelines):
+                pass
+        error = caught.value
+        assert (error.path, error.field, error.sample) == (str(dataset), "image", sample)
+        assert f"file {str(dataset)!r}, field 'image', sample {sample}:" in str(error)
+        shard_notes = [note for note in getattr(error, "__notes__", []) if "of the shard" in note]
+        if file is None:  # a union: the note names the shard and the sample's index in it
+            assert shard_notes == [f"beton: sample 10 of the dataset is sample 4 of the shard {str(shards[1])!r}"]
+        else:
+            assert shard_notes == []

@@ -120,6 +120,9 @@ class FakePages:
     def will_serve(self, samples) -> None:
         pass
 
+    def sample_file(self, sample: int) -> tuple[str, int]:
+        return self.description, sample
+
     def will_read(self, batch_pages, budget_pages) -> None:
         self.announced = [pages.tolist() for pages in batch_pages]
 

@@ -62,6 +62,9 @@ class RemotePageSource:
     def will_serve(self, samples: np.ndarray) -> None:
         pass  # one file, checked when it opened
 
+    def sample_file(self, sample: int) -> tuple[str, int]:
+        return self.description, sample
+
     def check_path(self) -> None:
         self.check()
         self._remote.check_identity()
