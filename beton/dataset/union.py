@@ -331,20 +331,21 @@ class ShardedDataset(TableNames):
         header's SHA-256 against the manifest): a ShardError naming it otherwise, a ShardNotFoundError where it is
         missing. The caller closes it."""
         shard = self.manifest.shards[number]
+        # One look, before opening, decides whether the file is compared with the tables file: asking again after
+        # the open could hear that another thread compared it meanwhile, while this thread opened a file replaced
+        # in between (two threads open a shard at once: batches check their own shards while the page reader
+        # reads). A local shard compared before is held to the identity recorded then.
         if self.remote_shards[number]:
+            compare = self._unchecked is not None and bool(self._unchecked[number])
             reader = self.open_shard(number)
             try:
-                if self._unchecked is not None and self._unchecked[number]:
+                if compare:
                     tables = tables_of_reader(reader)[0]
                     self._check_against_tables_file(number, tables.data, tables.allocations)
             except BaseException:
                 reader.close()
                 raise
             return RemotePageSource(reader.remote)  # type: ignore[arg-type]  (a URL's Reader has one)
-        # One look, before opening, decides: a shard with no identity yet (from a tables file, not compared) is
-        # compared now. Asking again after the open could hear that another thread compared it meanwhile, while
-        # this thread, which had no identity to hold the file to, opened a file replaced in between (two threads
-        # open a shard at once: batches check their own shards while the page reader reads).
         identity = self._identities[number]
         compare = self._unchecked is not None and identity is None
         try:
