@@ -43,6 +43,7 @@ class TraversalOrderAdapter(Order):
     """A :class:`TraversalOrder` instance as a beton :class:`~beton.order.Order`."""
 
     reads_loader = True
+    permutes = False  # FFCV's sample_order may repeat samples or leave some out
 
     def __init__(self, traversal: TraversalOrder) -> None:
         self.traversal = traversal

@@ -31,6 +31,7 @@ from beton.loader.resume import Identity, ResumeState, describe_order, indices_d
 from beton.memory import OSCache
 from beton.memory.base import MemoryStrategy, StoredField
 from beton.order import ORDERS, Order, OrderContext, OrderOption, shard
+from beton.order.base import checked_permutation
 from beton.order.contracts import build_order, is_order_class
 from beton.order.remainder import Interruption, consumed_and_left, remainder
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
@@ -264,8 +265,10 @@ class Loader:
         key = (self.seed, epoch, context.world_size, context.batch_size, context.drop_last)
         cached = self._order_cache
         if cached is None or cached[0] is not self.order or cached[1] != key:  # ``is``: an order may hold arrays
-            permutation = self.order.permutation(self.indices, self.seed, epoch, context)
-            cached = self._order_cache = (self.order, key, np.asarray(permutation, dtype=np.int64))
+            permutation = checked_permutation(self.order, self.order.permutation(self.indices, self.seed, epoch,
+                                                                                 context),
+                                              self.indices, self.reader.num_samples, epoch)
+            cached = self._order_cache = (self.order, key, permutation)
         return cached[2]
 
     @property

@@ -11,13 +11,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from beton.errors import LoaderError
 
-__all__ = ["Order", "OrderContext", "shard", "shard_sizes", "repeat_first"]
+__all__ = ["Order", "OrderContext", "checked_permutation", "shard", "shard_sizes", "repeat_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,10 @@ class Order(abc.ABC):
     #: True for an order built from the Loader (FFCV's ``TraversalOrder`` reads its seed when built): the Loader
     #: builds it again when its seed changes.
     reads_loader: ClassVar[bool] = False
+    #: True when :meth:`permutation` returns every one of ``indices`` exactly once, as the Loader checks each
+    #: epoch (:func:`checked_permutation`). FFCV's ``TraversalOrder`` may repeat or leave out samples: its adapter
+    #: says False, and the Loader then checks only that each index names a sample of the file.
+    permutes: ClassVar[bool] = True
 
     @abc.abstractmethod
     def permutation(self, indices: np.ndarray, seed: int, epoch: int, context: OrderContext) -> np.ndarray:
@@ -55,6 +59,35 @@ class Order(abc.ABC):
         of the last ranks' parts. By default the order's first samples again, as torch's DistributedSampler
         pads; an order whose batches must stay alike (BUCKETED) repeats samples of the batch being padded."""
         return repeat_first(order, total)
+
+
+def checked_permutation(order: Order, result: Any, indices: np.ndarray, num_samples: int, epoch: int) -> np.ndarray:
+    """``result``, what ``order.permutation(indices, ..., epoch, ...)`` returned, as int64, once it is an order the
+    Loader may follow: whole numbers naming samples of the file (of ``num_samples``), and, for an order that
+    :attr:`~Order.permutes`, each of ``indices`` exactly once. Compiled decoders index the file's tables with
+    these numbers unchecked, so a number past them would read other memory: wrong values, or a crash; a sample
+    repeated or left out would change the epoch silently (and what a resume counts as delivered)."""
+    name = f"{type(order).__name__}.permutation(epoch={epoch})"
+    given = np.asarray(result)
+    if given.ndim != 1 or (given.size and not np.issubdtype(given.dtype, np.integer)):
+        raise LoaderError(f"{name} must return a 1-D array of whole sample numbers, got an array of {given.dtype} "
+                          f"and shape {given.shape}")
+    permutation = given.astype(np.int64)
+    if len(permutation) and (permutation.min() < 0 or permutation.max() >= num_samples):
+        bad = permutation[(permutation < 0) | (permutation >= num_samples)][0]
+        raise LoaderError(f"{name} returned sample {bad}, outside the file's samples [0, {num_samples})")
+    if order.permutes:
+        if len(permutation) != len(indices):
+            raise LoaderError(f"{name} returned {len(permutation)} samples; it must return every one of the "
+                              f"{len(indices)} selected samples exactly once")
+        returned, selected = np.sort(permutation), np.sort(indices)
+        differ = np.flatnonzero(returned != selected)
+        if len(differ):
+            sample = min(returned[differ[0]], selected[differ[0]])
+            raise LoaderError(f"{name} returned sample {sample} {np.count_nonzero(permutation == sample)} times, "
+                              f"selected {np.count_nonzero(indices == sample)} times; it must return every one of "
+                              "the selected samples exactly once")
+    return permutation
 
 
 def repeat_first(order: np.ndarray, total: int) -> np.ndarray:
@@ -85,8 +118,13 @@ def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool,
         return order
     per_rank, _ = shard_sizes(len(order), world_size, drop_last)
     if len(order) and per_rank * world_size > len(order):
-        order = pad(order, per_rank * world_size)
-        if len(order) != per_rank * world_size:
-            raise LoaderError(f"the order's padding (Order.pad) gave {len(order)} samples; {world_size} ranks of "
+        padded = np.asarray(pad(order, per_rank * world_size))
+        if len(padded) != per_rank * world_size:
+            raise LoaderError(f"the order's padding (Order.pad) gave {len(padded)} samples; {world_size} ranks of "
                               f"{per_rank} need {per_rank * world_size}")
+        # what Order.pad promises, checked because the samples are read unchecked (checked_permutation says why)
+        if not np.array_equal(padded[: len(order)], order) or not np.isin(padded[len(order) :], order).all():
+            raise LoaderError("the order's padding (Order.pad) must return the order followed by samples of it "
+                              "again")
+        order = padded
     return order[rank * per_rank : (rank + 1) * per_rank]

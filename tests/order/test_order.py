@@ -8,7 +8,8 @@ import pytest
 import beton
 import beton.errors
 
-from beton.order import ORDERS, OrderContext, OrderOption, QuasiRandomOrder, RandomOrder, SequentialOrder, shard
+from beton.order import (ORDERS, Order, OrderContext, OrderOption, QuasiRandomOrder, RandomOrder, SequentialOrder,
+                         shard)
 from beton.order.quasi_random import expected_uniform_pages
 
 PAGES = np.repeat(np.arange(40), 25)  # 1,000 samples, 25 per page
@@ -120,3 +121,45 @@ def test_ffcv_style_traversal_orders_and_order_classes(image_file):
     with Loader(image_file, batch_size=50, num_workers=1, order=Outside) as loader:
         with pytest.raises(beton.errors.PipelineError, match="outside the Loader's selected samples"):
             loader.epoch_batches(0)
+
+
+class _Returns(Order):
+    """A custom order that returns what it is given, whatever the indices (to test what the Loader accepts)."""
+
+    def __init__(self, result, padding=None):
+        self.result, self.padding = result, padding
+
+    def permutation(self, indices, seed, epoch, context):
+        return self.result
+
+    def pad(self, order, total, context):
+        return order if self.padding is None else np.concatenate([order, self.padding])[:total]
+
+
+@pytest.mark.parametrize("result, message", [
+    (np.r_[np.arange(202), 203], r"returned sample 203, outside the file's samples \[0, 203\)"),  # read unchecked
+    (np.r_[np.arange(202), 2**40], "returned sample 1099511627776, outside"),                        # a crash before
+    (np.r_[np.arange(202), -1], "returned sample -1, outside"),
+    (np.r_[np.arange(202), 0], "returned sample 0 2 times, selected 1 times"),
+    (np.arange(200), "returned 200 samples; it must return every one of the 203 selected samples exactly once"),
+    (np.arange(203.0), "must return a 1-D array of whole sample numbers, got an array of float64"),
+], ids=["past_the_file", "far_past_the_file", "negative", "repeated", "too_few", "floats"])
+def test_a_custom_order_that_is_not_a_permutation_is_refused_when_the_epoch_starts(image_file, result, message):
+    from beton import Loader
+
+    with Loader(image_file, batch_size=50, num_workers=1, order=_Returns(result)) as loader:
+        with pytest.raises(beton.errors.LoaderError, match=message):
+            iter(loader)
+    with Loader(image_file, batch_size=50, num_workers=1, order=_Returns(np.arange(203)[::-1])) as loader:
+        assert [int(i) for i in np.concatenate(loader.epoch_batches(0))] == list(range(202, -1, -1))
+        assert [int(label) for _, label in loader for label in label] == list(range(202, -1, -1))
+
+
+@pytest.mark.parametrize("padding", [np.array([203]), np.array([2**40])], ids=["past_the_file", "far_past_the_file"])
+def test_a_custom_padding_of_samples_outside_the_order_is_refused(image_file, padding):
+    from beton import Loader
+
+    with Loader(image_file, batch_size=50, num_workers=1, order=_Returns(np.arange(203), padding), rank=1,
+                world_size=2) as loader:  # 203 samples on 2 ranks: one padding sample
+        with pytest.raises(beton.errors.LoaderError, match="must return the order followed by samples of it again"):
+            iter(loader)
