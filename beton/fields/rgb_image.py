@@ -358,7 +358,7 @@ def _jpeg_header(data: bytes) -> tuple[int, int, bool, str]:
 def _from_pil(value: Any) -> np.ndarray:
     modes = {"L": None, "RGB": None, "RGBA": None, "I;16": "<u2"}
     mode = getattr(value, "mode", None)
-    if mode is None:
+    if not isinstance(mode, str):  # a PIL image's mode is its name; a torch tensor's .mode is a method
         raise EncodeError(f"expected an image (numpy array, PIL image or JPEG bytes), got {type(value).__name__}")
     if mode not in modes:
         value = value.convert("RGB")

@@ -172,6 +172,8 @@ def test_bad_field_arguments(kwargs, message):
 @pytest.mark.parametrize("value, message", [
     (np.zeros((4, 4, 3), np.float32), "uint8"), (np.zeros((4, 4, 4), np.uint8), "3 channels"),
     (b"\xff\xd8garbage", "JPEG bytes cannot be read"), ("a string", "expected an image"),
+    (torch.zeros((3, 4, 4), dtype=torch.uint8), r"expected an image \(numpy array, PIL image or JPEG bytes\), got "
+                                                "Tensor"),
 ])
 def test_bad_images_name_sample_and_field(tmp_path, value, message):
     with pytest.raises(EncodeError, match=message) as caught:
