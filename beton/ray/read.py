@@ -9,8 +9,8 @@ when ranges take unequal times), one dict per sample of ``{field name: value}``:
 
 * integers and floats as numpy scalars, arrays (``NDArrayField``, ``RaggedArrayField``, ``TorchTensorField`` as
   numpy; bfloat16 widened to float32, exactly) as numpy arrays, bytes as bytes;
-* a ``JSONField`` as its JSON text (``json.loads`` it): Arrow would merge dicts of different keys into one struct,
-  adding keys that were never stored;
+* a ``JSONField`` as its JSON text (``json.loads`` it; ``write_dataset(..., json_text=True)`` writes it back):
+  Arrow would merge dicts of different keys into one struct, adding keys that were never stored;
 * an ``RGBImageField``, with ``images="decoded"`` (default), as an HxWxC array; with ``images="jpeg"`` as the
   stored JPEG file's bytes, for a decoder of the user's (a GPU's); an image stored raw or lossless then fails
   with a DecodeError naming the sample, since it has no JPEG bytes.

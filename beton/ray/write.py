@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import ray
 import ray.data
 from ray.data.block import Block, BlockAccessor
@@ -42,7 +44,7 @@ from ray.data.datasource import Datasink, WriteResult
 from beton.dataset.manifest import FieldSpec, Manifest, field_specs, header_digest
 from beton.dataset.shards import is_manifest_name
 from beton.dataset.tables_file import TablesRow, tables_file_name, tables_row, write_indexed_manifest
-from beton.errors import FieldError, WriterError, locate
+from beton.errors import EncodeError, FieldError, WriterError, locate
 from beton.fields import JSONField, TorchTensorField
 from beton.fields.base import Field
 from beton.storage import format as fmt
@@ -79,6 +81,10 @@ class BetonDatasink(Datasink):
         overwrite: remove a manifest and shards of this naming already in ``output`` (local directories only)
             instead of refusing to write.
         remote: how URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest.
+        json_text: a ``JSONField`` column's strings are each value's JSON text (``json.dumps``; what
+            :func:`~beton.ray.read_beton` gives), parsed before they are stored; without it a string is stored as a
+            JSON string. (JSON values as Python dicts and lists reach the sink as Arrow holds them: see
+            :func:`_check_json_column` for what is refused.)
 
     After ``ds.write_datasink(sink)``, ``sink.manifest`` is the :class:`~beton.dataset.manifest.Manifest` written.
     """
@@ -86,7 +92,7 @@ class BetonDatasink(Datasink):
     def __init__(self, output: str | os.PathLike[str], fields: Mapping[str, Field], *,
                  manifest: str = "manifest.json", prefix: str = "part", page_size: int = fmt.DEFAULT_PAGE_SIZE,
                  seed: int = 0, metadata: Mapping[str, Any] | None = None, overwrite: bool = False,
-                 remote: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None, json_text: bool = False) -> None:
         output = os.fspath(output)
         self.output = output.rstrip("/") if is_url(output) else os.path.abspath(output)
         if not is_manifest_name(manifest) or "/" in manifest or os.sep in manifest:
@@ -94,6 +100,7 @@ class BetonDatasink(Datasink):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
             raise ValueError(f"prefix must be letters, digits, '_', '.' or '-', got {prefix!r}")
         self.manifest_name, self.prefix, self.overwrite, self.remote = manifest, prefix, overwrite, remote
+        self.json_text = json_text
         self._options = {"page_size": page_size, "seed": seed,
                          "metadata": copy.deepcopy(dict(metadata)) if metadata else None}
         if remote is not None:  # the shards' writers reach a URL output as the manifest does
@@ -130,7 +137,7 @@ class BetonDatasink(Datasink):
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> ShardWritten | None:
         """In a Ray task: the rows of ``blocks``, in order, to shard ``ctx.task_idx`` (None when there are none)."""
-        rows = _rows(blocks, self._fields)
+        rows = _rows(blocks, self._fields, self.json_text)
         first = next(rows, None)
         if first is None:
             return None
@@ -212,36 +219,89 @@ def _check_columns(columns: list[str], names: list[str]) -> None:
                          + (f"; column(s) {extra} have no field (drop them with ds.drop_columns)" if extra else ""))
 
 
-def _rows(blocks: Iterable[Block], fields: Mapping[str, Field]) -> Iterator[tuple[Any, ...]]:
+def _rows(blocks: Iterable[Block], fields: Mapping[str, Field], json_text: bool) -> Iterator[tuple[Any, ...]]:
     """Each row of ``blocks`` as a tuple in the fields' order, each value turned back from how Ray holds it
-    (:func:`_from_ray`)."""
+    (:func:`_from_ray`); a JSONField's column is first checked to hold its values exactly
+    (:func:`_check_json_column`)."""
     names = list(fields)
-    kinds = [_kind(field) for field in fields.values()]
+    kinds = [_kind(field, json_text) for field in fields.values()]
+    done = 0  # rows of the shard before this block, for errors
     for block in blocks:
         batch = BlockAccessor.for_block(block).to_batch_format("numpy")
         _check_columns(list(batch), names)
+        for name, kind in zip(names, kinds):
+            if kind.startswith("json"):
+                _check_json_column(block, name)
         columns = [batch[name] for name in names]
         for row in range(len(columns[0])):
-            yield tuple(_from_ray(column[row], kind) for column, kind in zip(columns, kinds))
+            yield tuple(_from_ray(column[row], kind, name, done + row)
+                        for column, kind, name in zip(columns, kinds, names))
+        done += len(columns[0])
 
 
-def _kind(field: Field) -> str:
+def _kind(field: Field, json_text: bool) -> str:
     if isinstance(field, TorchTensorField):
         return "tensor"
     if isinstance(field, JSONField):
-        return "json"
+        return "json text" if json_text else "json"
     return "as is"
 
 
-def _from_ray(value: Any, kind: str) -> Any:
+def _check_json_column(block: Block, name: str) -> None:
+    """FieldError unless Ray's block holds column ``name`` so that its values come back exactly. Ray stores a
+    column of dicts and lists as one Arrow struct or list type when it can: the rows' dicts are merged, so a key
+    a row lacks comes back as None, and a missing integer makes the column floats (1 comes back as 1.0, None as
+    NaN). Such a column is refused where it holds a null at any depth, since a null cannot be told from a key
+    that was never there; without nulls every row had every key, and the values are the ones given. Python
+    objects (Ray's fallback for columns Arrow cannot type) and strings come back as they were."""
+    if not isinstance(block, pa.Table):
+        return  # a pandas block holds dicts and lists as the Python objects they were
+    column = block.column(name)
+    if isinstance(column.type, pa.ExtensionType) and column.type.extension_name == "ray.data.arrow_pickled_object":
+        return
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        if not column.null_count:
+            return
+    elif not any(_holds_null(chunk) for chunk in column.chunks):
+        return
+    raise locate(FieldError(
+        f"Ray holds this JSONField's column as Arrow {column.type} with nulls: Arrow merged the rows' values into "
+        "one type, and a key a row lacks or a missing number cannot be told from a null (it would be stored as "
+        "None, or as NaN in a column of floats). Give each value as its JSON text (json.dumps) and "
+        "json_text=True, which stores the values exactly"), field=name)
+
+
+def _holds_null(array: pa.Array) -> bool:
+    if array.null_count:
+        return True
+    kind = array.type
+    if isinstance(kind, pa.ExtensionType):
+        return _holds_null(array.storage)
+    if pa.types.is_struct(kind):
+        return any(_holds_null(child) for child in array.flatten())
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_null(array.flatten())
+    if pa.types.is_map(kind):
+        return _holds_null(array.keys) or _holds_null(array.items)
+    return False
+
+
+def _from_ray(value: Any, kind: str, name: str, row: int) -> Any:
     """Ray holds tensors as numpy arrays, so a TorchTensorField's value becomes a tensor again (the field still
     checks its dtype and shape); it holds JSON-like values as Arrow structs and lists, which come back as dicts of
-    numpy arrays and scalars, so a JSONField's value has them turned back into lists and Python numbers."""
+    numpy arrays and scalars, so a JSONField's value has them turned back into lists and Python numbers; with
+    ``json_text`` its strings are parsed."""
     if kind == "tensor" and isinstance(value, np.ndarray):
         import torch
 
         return torch.from_numpy(np.array(value))  # a copy: Ray's arrays are read-only views
-    if kind == "json":
+    if kind == "json text" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError as error:
+            raise locate(EncodeError(f"json_text=True, and this value is not JSON text: {error}"), field=name,
+                         sample=row) from None
+    if kind.startswith("json"):
         return _json_value(value)
     return value
 

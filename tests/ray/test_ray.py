@@ -209,6 +209,53 @@ def test_an_output_holding_another_write_is_refused_unless_overwrite(written, tm
     assert sink.manifest.num_samples == 1
 
 
+#: JSON values Arrow cannot hold exactly when Ray merges them into one type: dicts with other keys (a key a row
+#: lacks comes back as None), an integer beside a missing one (1 comes back as 1.0, None as NaN).
+UNEVEN_JSON = [{"meta": {"a": 1}}, {"meta": {"b": [1, 2]}}, {"meta": {"a": None, "c": "x"}}]
+MISSING_NUMBER_JSON = [{"meta": 1}, {"meta": None}]
+
+
+def _stored(output, field="meta"):
+    values = []
+    for shard in read_manifest(output / "manifest.json").shards:
+        with Reader(shard.location) as reader:
+            values += [reader[i][0] for i in range(reader.num_samples)]
+    return values
+
+
+@pytest.mark.parametrize("items", [UNEVEN_JSON, MISSING_NUMBER_JSON], ids=["uneven_dicts", "missing_number"])
+def test_json_values_arrow_would_change_are_refused_and_stored_exactly_as_text(local_ray, tmp_path, items):
+    fields = {"meta": JSONField()}
+    with pytest.raises(Exception, match=r"(?s)field 'meta'.*with nulls.*json_text=True"):
+        write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / "values", fields)
+    as_text = ray.data.from_items([{"meta": json.dumps(item["meta"])} for item in items], override_num_blocks=1)
+    write_dataset(as_text, tmp_path / "text", fields, json_text=True)
+    assert _stored(tmp_path / "text") == [item["meta"] for item in items]
+    write_dataset(as_text, tmp_path / "strings", fields)  # without json_text, strings are JSON strings
+    assert _stored(tmp_path / "strings") == [json.dumps(item["meta"]) for item in items]
+
+
+def test_json_values_ray_keeps_as_python_objects_are_stored_exactly(local_ray, tmp_path):
+    items = [{"meta": {"a": 1}}, {"meta": [1, "two", None]}, {"meta": 7}]  # no one Arrow type: kept as objects
+    write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / "out", {"meta": JSONField()})
+    assert _stored(tmp_path / "out") == [item["meta"] for item in items]
+
+
+def test_what_the_datasource_reads_writes_back_the_same_with_json_text(written, tmp_path):
+    output, _ = written
+    fields = {"label": IntField(), "meta": JSONField()}
+    read = read_beton(output / "manifest.json", columns=list(fields))
+    write_dataset(read, tmp_path / "copy", fields, json_text=True)
+    copied = []
+    for shard in read_manifest(tmp_path / "copy" / "manifest.json").shards:
+        with Reader(shard.location) as reader:
+            copied += [reader[i] for i in range(reader.num_samples)]
+    assert copied == [(k - 20, {"id": k, "tags": ["a"] * (k % 3)}) for k in range(ROWS)]
+    with pytest.raises(Exception, match=r"(?s)field 'meta'.*sample 0.*not JSON text"):
+        write_dataset(ray.data.from_items([{"meta": "hello"}]), tmp_path / "bad", {"meta": JSONField()},
+                      json_text=True)
+
+
 def test_the_datasource_reads_files_and_globs_in_parallel_ranges_in_order(written):
     output, _ = written
     rows = read_beton(str(output / "part-*.beton"), columns=["label", "blob"], override_num_blocks=7).take_all()
