@@ -28,7 +28,7 @@ import random
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Union
+from typing import Any, Union
 
 from beton.errors import BetonError, ShardError, ShardNotFoundError, error_context, locate
 from beton.fields.base import Field
@@ -158,6 +158,18 @@ def _refuse_http_glob(url: str) -> None:
             path=url)
 
 
+def _spelled_as_given(url: str, pattern: str, path: str, fs: Any) -> str:
+    """``path``, a match of the glob ``url`` (``pattern`` is ``url`` as its store spells it, without the protocol),
+    spelled as the user spelled ``url``: ``memory://d/part-*`` lists ``/d/part-0``, which the store's own spelling
+    turns into ``memory:///d/part-0``, a name a manifest at ``memory://d/`` would not take as within its folder."""
+    def folder(text: str) -> str:  # up to the last "/" before the first glob character
+        first = min((text.find(character) for character in _GLOB_CHARACTERS if character in text), default=len(text))
+        return text[: text.rfind("/", 0, first) + 1]
+
+    given, stored = folder(url), folder(pattern)
+    return given + path[len(stored):] if path.startswith(stored) else fs.unstrip_protocol(path)
+
+
 def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     """The files a path, URL or glob names, in order."""
     if not _is_glob(item):
@@ -168,7 +180,7 @@ def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
 
         def listing(fresh: bool) -> list[str]:
             fs, pattern = filesystem(item, options)
-            return [fs.unstrip_protocol(path) for path in sorted(fs.glob(pattern))]
+            return [_spelled_as_given(item, pattern, path, fs) for path in sorted(fs.glob(pattern))]
 
         matches = with_retries(listing, options, item, "listing the files of the glob",
                                lambda number: time.sleep(backoff(options, number, jitter.random())),

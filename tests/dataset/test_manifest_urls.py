@@ -13,6 +13,8 @@ fsspec = pytest.importorskip("fsspec", reason="URLs need fsspec (the 'remote' ex
 
 from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
 
+from beton import Loader  # noqa: E402
+from beton.dataset import index  # noqa: E402
 from beton.dataset.manifest import read_manifest  # noqa: E402
 from beton.dataset.shards import dataset_manifest  # noqa: E402
 from beton.errors import StorageError  # noqa: E402
@@ -75,6 +77,17 @@ def test_a_glob_at_a_url_is_retried_on_a_transient_failure(folder, monkeypatch):
     assert len(calls) == 3
     assert list(manifest.shards.locations) == [f"{folder}/part-0.beton", f"{folder}/part-1.beton"]
     assert manifest.num_samples == 6
+
+
+def test_a_glob_gives_urls_spelled_as_the_user_spelled_it(folder):
+    """memory://name/... and memory:///name/... are one folder; the store spells its matches the second way, and a
+    manifest at the first (`beton index`) took them for files outside its folder and refused to open."""
+    two_slashes = "memory://" + folder[len("memory:///"):]
+    manifest = dataset_manifest(f"{two_slashes}/part-*.beton", remote=OPTIONS)
+    assert list(manifest.shards.locations) == [f"{two_slashes}/part-0.beton", f"{two_slashes}/part-1.beton"]
+    index(f"{two_slashes}/data.json", f"{two_slashes}/part-*.beton", remote=OPTIONS)
+    with Loader(f"{two_slashes}/data.json", batch_size=6, remote=OPTIONS) as loader:
+        assert [label for (labels,) in loader for label in labels.tolist()] == [0, 1, 2, 10, 11, 12]
 
 
 def test_a_glob_refused_by_the_store_is_a_storage_error_naming_it(folder, monkeypatch):
