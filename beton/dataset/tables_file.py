@@ -54,7 +54,7 @@ from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader,
                                   table_names)
 
 __all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow",
-           "write_tables_file", "write_indexed_manifest", "read_tables_file", "OpenedTables"]
+           "write_tables_file", "write_indexed_manifest", "read_tables_file", "OpenedTables", "check_shard_tables"]
 
 TABLES_KIND = "beton shard tables"
 _BLOBS = ("header", "data_table", "allocation_table", "metadata", "digest_table")
@@ -197,6 +197,30 @@ class OpenedTables:
     header: np.void
     descriptors: dict[str, FieldDescriptor]
     first: FirstShard
+
+    def shard_tables(self, manifest: Manifest, number: int) -> tuple[bytes, bytes]:
+        """Shard ``number``'s data and allocation tables as the tables file holds them (as the shard stores them:
+        its own offsets)."""
+        low, high = (int(bound) for bound in manifest.bounds[number : number + 2])
+        data, allocation = self.first.data_dtype.itemsize, self.first.num_payload_fields * fmt.ALLOCATION_DTYPE.itemsize
+        return (self.tables.data[low * data : high * data],
+                self.tables.allocations[low * allocation : high * allocation])
+
+
+def check_shard_tables(manifest: Manifest, number: int, stored: tuple[bytes, bytes], listed: tuple[bytes, bytes]
+                       ) -> None:
+    """ShardError naming shard ``number`` of ``manifest`` unless its data and allocation tables as its file stores
+    them (``stored``) are those its tables file holds for it (``listed``): the comparison a dataset makes when it
+    first opens the shard, and ``beton verify`` for every shard."""
+    assert manifest.tables is not None
+    different = [what for what, mine, theirs in zip(("data table", "allocation table"), stored, listed)
+                 if mine != theirs]
+    if different:
+        verb = "differ" if len(different) > 1 else "differs"
+        raise locate(ShardError(
+            f"shard {number} is not the file the manifest's tables file ({manifest.tables.location}) describes: its "
+            f"{' and '.join(different)} {verb} (the shard or the tables file changed since `beton index` wrote them; "
+            "run it again)"), path=manifest.shards[number].location)
 
 
 def read_tables_file(manifest: Manifest, verify_content: bool | None,

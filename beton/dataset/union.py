@@ -62,7 +62,7 @@ from beton.storage import page_source
 from beton.dataset.manifest import Manifest, header_digest
 from beton.dataset.shard_tables import (FirstShard, ShardTables, UnionTables, check_payload_columns, read_small_tables,
                                          records, tables_of_reader)
-from beton.dataset.tables_file import read_tables_file
+from beton.dataset.tables_file import check_shard_tables, read_tables_file
 from beton.storage import format as fmt
 from beton.storage.digests import PageDigests
 from beton.storage.metadata import decode_metadata
@@ -400,18 +400,12 @@ class ShardedDataset(TableNames):
         its file stores them) are the ones the manifest's tables file gave for it; then it is not compared again.
         (The tables file's tables were checked against the shard's header on opening, and its header is the
         manifest's: this catches a file whose tables differ from what its header says.)"""
-        assert self._unchecked is not None and self.manifest.tables is not None
+        assert self._unchecked is not None
         low, high = (int(bound) for bound in self.manifest.bounds[number : number + 2])
-        stored = self.allocation_table[low:high].copy()  # as the shard stores it: its own offsets
-        stored["offset"] -= np.uint64(self.shifts[number])
-        different = [what for what, differs in (("data table", data != self.data_table[low:high].tobytes()),
-                                                ("allocation table", allocations != stored.tobytes())) if differs]
-        if different:
-            verb = "differ" if len(different) > 1 else "differs"
-            raise locate(ShardError(
-                f"shard {number} is not the file the manifest's tables file ({self.manifest.tables.location}) "
-                f"describes: its {' and '.join(different)} {verb} (the shard or the tables file changed since "
-                "`beton index` wrote them; run it again)"), path=self.manifest.shards[number].location)
+        listed = self.allocation_table[low:high].copy()  # as the shard stores it: its own offsets
+        listed["offset"] -= np.uint64(self.shifts[number])
+        check_shard_tables(self.manifest, number, (data, allocations),
+                           (self.data_table[low:high].tobytes(), listed.tobytes()))
         self._unchecked[number] = False
 
     def _missing(self, number: int, error: OSError) -> ShardNotFoundError:

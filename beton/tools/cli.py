@@ -19,7 +19,8 @@ field of :class:`~beton.RemoteOptions`) build the one ``RemoteOptions`` the comm
 
 ``info`` and ``verify`` take one file, or a dataset of several: a glob, a manifest file, several of these (as
 ``Loader`` does); then every shard is opened and checked against the manifest, and they print one line per shard
-and the totals (``verify`` goes on past a bad shard and exits 1 naming each).
+and the totals (``verify`` goes on past a bad shard and exits 1 naming each; of a manifest with a tables file, it
+checks that file and each shard against it as a Loader does).
 
 Exit codes: 0 success (for ``convert``: the file was written; sources left out by ``--on-error skip`` are
 listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments.
@@ -41,7 +42,9 @@ import numpy as np
 
 from beton._version import __version__
 from beton.dataset.manifest import Manifest
+from beton.dataset.shard_tables import tables_of_reader
 from beton.dataset.shards import dataset_manifest, names_one_file
+from beton.dataset.tables_file import OpenedTables, check_shard_tables, read_tables_file
 from beton.errors import BetonError
 from beton.storage.reader import Reader
 from beton.storage.remote import RemoteOptions
@@ -160,22 +163,42 @@ def _verify(arguments: argparse.Namespace) -> int:
         print(f"OK: {_checked(report)}")
         return 0
     manifest = _dataset(arguments)
+    tables, tables_failed = _tables_file(manifest, arguments.remote)
     failed, samples, pages, checked = [], 0, 0, 0
     for number, shard in enumerate(manifest.shards):
         try:
             with manifest.open_shard(number) as reader:
                 report = verify_reader(reader)
+                if tables is not None:  # what a Loader compares when it first opens the shard
+                    shard_tables = tables_of_reader(reader)[0]
+                    check_shard_tables(manifest, number, (shard_tables.data, shard_tables.allocations),
+                                       tables.shard_tables(manifest, number))
         except (BetonError, OSError) as error:  # each bad shard is named; the others are still checked
             failed.append(number)
             print(printable(f"FAILED: shard {number}: {' '.join(str(error).split())}"))
             continue
         samples, pages, checked = samples + report.num_samples, pages + report.num_pages, checked + report.bytes_checked
         print(printable(f"OK: shard {number}: {_checked(report)}"))
-    if failed:
-        raise BetonError(f"{len(failed)} of {len(manifest.shards)} shards failed (shard "
-                         f"{', '.join(map(str, failed))})")
+    if failed or tables_failed:
+        shards = (f"{len(failed)} of {len(manifest.shards)} shards failed (shard {', '.join(map(str, failed))})"
+                  if failed else "")
+        raise BetonError("; ".join(part for part in (shards, tables_failed) if part))
     print(f"OK: {len(manifest.shards)} shards, {samples} samples, {pages} pages, {checked} bytes checked")
     return 0
+
+
+def _tables_file(manifest: Manifest, remote: RemoteOptions | None) -> tuple[OpenedTables | None, str]:
+    """The manifest's tables file, read and checked as a Loader opening the manifest reads it (None where the
+    manifest has none), or None and why it failed (printed: a Loader would refuse the manifest)."""
+    if manifest.tables is None:
+        return None, ""
+    try:
+        tables = read_tables_file(manifest, manifest.content_checks(False), remote)
+    except BetonError as error:
+        print(printable(f"FAILED: the tables file: {' '.join(str(error).split())}"))
+        return None, f"the tables file {manifest.tables.location} failed"
+    print(printable(f"OK: the tables file {manifest.tables.location}"))
+    return tables, ""
 
 
 def _checked(report: VerifyReport) -> str:

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+import beton
+
 from cli_runs import run_cli
 from conftest import mixed_sample
 from processes import alive, wait_for
@@ -343,3 +345,48 @@ def test_convert_writes_to_a_url_with_the_remote_flags(tmp_path, capsys):
         assert "50 samples" in capsys.readouterr().out
         assert main(["verify", "s3://converted/data.beton", *flags]) == 0
         assert "OK: s3://converted/data.beton: 50 samples" in capsys.readouterr().out
+
+
+def test_verify_of_a_manifest_checks_its_tables_file_as_a_loader_opening_it_does(tmp_path):
+    """A Loader refuses a manifest whose tables file is not the one it pins, and a shard whose tables differ from
+    the tables file's: `beton verify` of the manifest must fail there too, not say OK to every shard."""
+    import shutil
+
+    from beton import Loader
+    from beton.dataset.shards import index
+    from beton.errors import BetonError
+    from conftest import DATA
+    from forgery import forge_keeping_crc32
+
+    parts = [str(tmp_path / f"part-{k}.beton") for k in range(2)]  # version 1: CRC32s only
+    for part in parts:
+        shutil.copyfile(DATA / "version1" / "basic.beton", part)
+    manifest, other = tmp_path / "all.json", tmp_path / "other.json"
+    index(manifest, parts)
+    result = run_cli("verify", manifest)
+    assert result.returncode == 0 and "OK: the tables file" in result.stdout, result.stdout + result.stderr
+
+    index(other, parts[:1])  # another index's tables file where this one's was: the manifest pins another
+    shutil.copyfile(tmp_path / "all.tables", tmp_path / "kept.tables")
+    shutil.copyfile(tmp_path / "other.tables", tmp_path / "all.tables")
+    with pytest.raises(BetonError, match="tables file"):
+        Loader(manifest, batch_size=2, num_workers=0)
+    result = run_cli("verify", manifest)
+    assert result.returncode == 1
+    assert "FAILED: the tables file: file" in result.stdout and "OK: shard 1" in result.stdout
+    assert f"the tables file {tmp_path / 'all.tables'} failed" in result.stderr
+
+    shutil.copyfile(tmp_path / "kept.tables", tmp_path / "all.tables")
+    with beton.Reader(parts[1]) as reader:
+        table = int(reader.header["data_table"]["offset"])
+        size = int(reader.header["data_table"]["size"])
+    data = bytearray(open(parts[1], "rb").read())  # sample 0's label changed, its float keeps the CRC32
+    forge_keeping_crc32(data, table, table + size, {table: (99).to_bytes(8, "little")}, table + 8)
+    open(parts[1], "wb").write(bytes(data))
+    with Loader(manifest, batch_size=6, num_workers=0, pipelines={"label": None}) as loader, \
+            pytest.raises(BetonError, match="tables file"):
+        list(loader)
+    result = run_cli("verify", manifest)
+    assert result.returncode == 1
+    assert "OK: shard 0" in result.stdout and "FAILED: shard 1: file" in result.stdout
+    assert "its data table differs" in result.stdout and "1 of 2 shards failed (shard 1)" in result.stderr
