@@ -5,7 +5,8 @@
     BetonError                                  catch-all for beton's own errors
     ├── FormatError (ValueError)                not a beton file, unsupported version, bad offset/size
     │   ├── CorruptDataError                    a checksum does not match: the bytes changed after writing
-    │   └── ShardError                          shards do not fit together, or not their manifest
+    │   ├── ShardError                          shards do not fit together, or not their manifest
+    │   └── NotAFileError                       a dataset's name is a FIFO, device or socket, not a file
     ├── FieldError (ValueError)                 a field definition is wrong or its type cannot be found
     ├── EncodeError (ValueError)                a sample's value does not fit its field (wrong dtype, shape, type)
     ├── DecodeError (ValueError)                a stored payload cannot be decoded (e.g. invalid JSON, bad JPEG)
@@ -41,6 +42,7 @@ __all__ = [
     "FormatError",
     "CorruptDataError",
     "ShardError",
+    "NotAFileError",
     "FieldError",
     "EncodeError",
     "DecodeError",
@@ -92,6 +94,11 @@ class FormatError(BetonError, ValueError):
 
 class CorruptDataError(FormatError):
     """A checksum does not match: the bytes on disk are not the bytes that were written."""
+
+
+class NotAFileError(FormatError):
+    """A name a dataset reads (a file, a shard, a manifest, a tables file) is a FIFO, a device or a socket, found
+    before anything was read from it: opening a FIFO would wait for a writer forever, a device may never end."""
 
 
 class ShardError(FormatError):

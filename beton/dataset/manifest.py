@@ -63,6 +63,7 @@ import numpy as np
 from beton import bounded_json, dtypes
 from beton.errors import FormatError, ShardError, error_context, locate
 from beton.storage.file_builder import create_temporary
+from beton.storage.local_file import open_regular
 from beton.storage.reader import FieldDescriptor, Reader
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher
@@ -416,7 +417,7 @@ def read_manifest(location: str | os.PathLike[str], *, remote: RemoteOptions | N
             _check_size(fetcher.size)
             data = fetcher.fetch(0, fetcher.size, "the manifest")
         else:
-            with open(location, "rb") as file:
+            with os.fdopen(open_regular(location), "rb") as file:
                 data = file.read(MAX_MANIFEST_BYTES + 1)
             _check_size(len(data))
         return dataclasses.replace(parse_manifest(data, location, allow_outside=allow_outside), remote=remote)

@@ -29,6 +29,7 @@ import numpy as np
 from beton.errors import BetonError, CorruptDataError, FormatError, ShardError, ShardNotFoundError, error_context, locate
 from beton.dataset.manifest import Manifest, field_specs
 from beton.storage import format as fmt
+from beton.storage.local_file import open_regular
 from beton.storage.page_source import file_identity
 from beton.storage.remote import is_url
 from beton.storage.reader import (CONTENT_DIGEST_SLICE, DIGESTS_START, TABLES_WITH_DIGESTS, FieldDescriptor, Reader,
@@ -156,7 +157,7 @@ def read_local_tables(manifest: Manifest, number: int, first: FirstShard, verify
     shard = manifest.shards[number]
     with error_context(path=shard.location):
         try:
-            descriptor = os.open(shard.location, os.O_RDONLY)
+            descriptor = open_regular(shard.location)
         except FileNotFoundError as error:
             raise ShardNotFoundError(f"shard {number} of {len(manifest.shards)} is missing: {error}") from None
         except OSError as error:  # a directory, a file this user may not read, ...
@@ -264,8 +265,8 @@ def _read_small(location: str) -> tuple[bytes, tuple[int, int, int]] | None:
     than :data:`SMALL_SHARD_BYTES`, or smaller than a beton file can be (those are read one by one, which says what
     is wrong)."""
     try:
-        descriptor = os.open(location, os.O_RDONLY)
-    except OSError:
+        descriptor = open_regular(location)
+    except (OSError, FormatError):  # read one by one, which says what is wrong
         return None
     try:
         status = os.fstat(descriptor)

@@ -47,6 +47,7 @@ from beton.dataset.manifest import Manifest, TablesFile, field_specs, header_dig
 from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
 from beton.storage import format as fmt
 from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.local_file import open_regular
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher
 from beton.storage.remote.upload import upload_file
@@ -91,7 +92,7 @@ def local_tables_row(manifest: Manifest, number: int) -> TablesRow:
     shard = manifest.shards[number]
     changed = f"shard {number} changed while it was indexed: run `beton index` again"
     with error_context(path=shard.location):
-        descriptor = os.open(shard.location, os.O_RDONLY)
+        descriptor = open_regular(shard.location)
         try:
             raw = os.pread(descriptor, fmt.HEADER_SIZE, 0)
             if header_digest(raw) != shard.header_sha256:

@@ -55,7 +55,8 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from beton.errors import BetonError, FormatError, LoaderError, ShardError, ShardNotFoundError, error_context, locate
+from beton.errors import (BetonError, FormatError, LoaderError, NotAFileError, ShardError, ShardNotFoundError,
+                          error_context, locate)
 from beton.fields.base import Field
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import page_source
@@ -358,6 +359,8 @@ class ShardedDataset(TableNames):
                 raise
             raise locate(ShardError(f"shard {number} of {len(self.manifest.shards)} cannot be read: {error}"),
                          path=shard.location) from None
+        except NotAFileError as error:
+            raise locate(error, path=shard.location)
         except FormatError as error:
             if compare:  # opened for the first time
                 raise locate(ShardError(

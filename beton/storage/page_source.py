@@ -15,6 +15,7 @@ import numpy as np
 
 from beton.errors import BetonError, FormatError, LoaderError, locate
 from beton.storage import format as fmt
+from beton.storage.local_file import open_regular
 from beton.storage.reader import Reader
 from beton.storage.remote import RemotePageSource
 
@@ -90,7 +91,7 @@ class LocalFile:
     def _open(self, path: str, size: int, header_matches: Callable[[bytes], bool]) -> None:
         self.description = str(path)
         self.path = path
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = open_regular(path)
         status = os.fstat(self.fd)
         #: the opened file's :func:`file_identity`: what ``check`` and ``check_path`` compare with
         self.identity = file_identity(status)

@@ -31,8 +31,10 @@ from beton import bounded_json, dtypes
 from beton.limits import ReadLimits, max_image_pixels_from_environment
 from beton.storage import ffcv_format
 from beton.storage import format as fmt
-from beton.errors import CorruptDataError, FieldError, FormatError, ShardNotFoundError, error_context, locate
+from beton.errors import (CorruptDataError, FieldError, FormatError, NotAFileError, ShardNotFoundError, error_context,
+                          locate)
 from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.local_file import map_regular
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
 from beton.fields.base import Field, UnknownField
@@ -156,12 +158,14 @@ class Reader(TableNames):
 
     def _open(self, custom_fields: Mapping[str, type[Field]] | None) -> None:
         try:
-            self._memmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+            self._memmap = map_regular(self.path)
         except FileNotFoundError as error:  # a BetonError, as for a missing object at a URL (a shard gone mid-epoch)
             raise ShardNotFoundError(f"no such file: {error.strerror}") from None
         except IsADirectoryError:
             raise FormatError("is a directory, not a beton file (for a folder of shards, pass a glob such as "
                               "'DIR/*.beton' or a manifest)") from None
+        except NotAFileError:
+            raise
         except ValueError:  # numpy refuses to map an empty file
             raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
         self._map = self._memmap.view(np.ndarray)  # plain arrays: slices need not carry memmap baggage
@@ -401,7 +405,9 @@ def read_head(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
     with error_context(path=path):
         if not is_url(path):
             try:
-                file_map = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+                file_map = map_regular(path).view(np.ndarray)
+            except NotAFileError:
+                raise
             except ValueError:  # numpy refuses to map an empty file
                 raise FormatError(f"file is empty; a beton file has at least {fmt.HEAP_OFFSET} bytes") from None
             return _head(path, file_map, parsed)
