@@ -72,6 +72,9 @@ def dataset_manifest(source: Source, *, remote: RemoteOptions | None = None, all
     remote_or_default(remote)  # a slip is named here, before anything is read
     if isinstance(source, Manifest):
         return source if remote is None else dataclasses.replace(source, remote=remote)
+    if isinstance(source, (bytes, bytearray)):  # iterated, they would be read as a list of numbers
+        raise TypeError(f"a dataset is named by paths, URLs, globs or manifest files as str (or os.PathLike), got "
+                        f"bytes {bytes(source)[:80]!r}: decode it first")
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise ShardError("no shards given: name at least one file, glob or manifest")

@@ -362,6 +362,10 @@ def test_missing_shards_empty_lists_and_empty_globs_are_clear_errors(copied, tmp
     parts, manifest = copied
     with pytest.raises(ShardError, match="no shards given"):
         Loader([], batch_size=4)
+    with pytest.raises(TypeError, match="got bytes b'a.beton': decode it first"):  # was "got int", of its bytes
+        Loader(b"a.beton", batch_size=4)
+    with pytest.raises(TypeError, match="a dataset is named by paths, URLs, globs or manifest files, got int"):
+        Loader([parts[0], 3], batch_size=4)
     with pytest.raises(ShardNotFoundError, match="no file matches") as raised:
         Loader(str(tmp_path / "nothing-*.beton"), batch_size=4)
     assert raised.value.path == str(tmp_path / "nothing-*.beton")
