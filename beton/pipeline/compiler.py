@@ -189,7 +189,8 @@ def place_steps(
     followed: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None,
 ) -> list[Step]:
     if not operations or not (operations[0].is_decoder or operations[0].decodes_when_first):
-        raise PipelineError(f"pipeline {name!r} must start with a decoder for field {source.field_name!r}")
+        raise PipelineError(f"pipeline {name!r} must start with a decoder for field {source.field_name!r} (an "
+                            "operation whose class sets is_decoder = True: its input is the stored field)")
     state: State | SourceState = source
     current: tuple[int | None, int | None] = (None, None)
     steps = []
