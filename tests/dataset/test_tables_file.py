@@ -151,14 +151,18 @@ def test_a_changed_tables_file_is_refused_on_opening(dataset, change):
     assert raised.value.path == tables
 
 
-def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, tmp_path):
-    # the same fields and counts, shard 3 with other samples: a tables file consistent in itself and pinned by the
-    # manifest, but holding the header and tables of another file than the manifest's shard 3
+@pytest.mark.parametrize("changed, message", [
+    (3, "shard 3: the tables file does not hold the tables its header names"),
+    (0, "the tables file holds another header for shard 0 than the manifest lists"),  # named the intact shard 0
+])
+def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, tmp_path, changed, message):
+    # the same fields and counts, one shard with other samples: a tables file consistent in itself and pinned by
+    # the manifest, but holding the header and tables of another file than the manifest's shard
     parts, manifest, whole = dataset
     other = tmp_path / "other"
     other.mkdir()
     others = [shutil.copy(part, other) for part in parts]
-    write(others[3], FIELDS, samples(3, COUNTS[3], salt=1), page_size=256)
+    write(others[changed], FIELDS, samples(changed, COUNTS[changed], salt=1), page_size=256)
     index(other / "dataset.json", others)
     tables = manifest[: -len(".json")] + ".tables"
     shutil.copyfile(other / "dataset.tables", tables)
@@ -167,8 +171,7 @@ def test_another_datasets_tables_file_is_refused_even_with_its_digest(dataset, t
     document["tables"]["size"] = os.path.getsize(tables)
     with open(manifest, "w") as file:
         json.dump(document, file)
-    with pytest.raises(FormatError, match="shard 3: the tables file does not hold the tables its header names") \
-            as raised:
+    with pytest.raises(FormatError, match=message) as raised:
         open_dataset(manifest)
     assert raised.value.path == tables
 
