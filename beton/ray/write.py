@@ -83,8 +83,8 @@ class BetonDatasink(Datasink):
         remote: how URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest.
         json_text: a ``JSONField`` column's strings are each value's JSON text (``json.dumps``; what
             :func:`~beton.ray.read_beton` gives), parsed before they are stored; without it a string is stored as a
-            JSON string. (JSON values as Python dicts and lists reach the sink as Arrow holds them: see
-            :func:`_check_json_column` for what is refused.)
+            JSON string. (JSON values as Python dicts and lists reach the sink as Arrow holds them, which may have
+            merged the rows' types: a column holding a null or a whole-number float is refused, with this fix.)
 
     After ``ds.write_datasink(sink)``, ``sink.manifest`` is the :class:`~beton.dataset.manifest.Manifest` written.
     """
@@ -231,7 +231,7 @@ def _rows(blocks: Iterable[Block], fields: Mapping[str, Field], json_text: bool)
         _check_columns(list(batch), names)
         for name, kind in zip(names, kinds):
             if kind.startswith("json"):
-                _check_json_column(block, name)
+                _check_json_column(block, name, kind == "json text")
         columns = [batch[name] for name in names]
         for row in range(len(columns[0])):
             yield tuple(_from_ray(column[row], kind, name, done + row)
@@ -247,43 +247,50 @@ def _kind(field: Field, json_text: bool) -> str:
     return "as is"
 
 
-def _check_json_column(block: Block, name: str) -> None:
+def _check_json_column(block: Block, name: str, json_text: bool) -> None:
     """FieldError unless Ray's block holds column ``name`` so that its values come back exactly. Ray stores a
-    column of dicts and lists as one Arrow struct or list type when it can: the rows' dicts are merged, so a key
-    a row lacks comes back as None, and a missing integer makes the column floats (1 comes back as 1.0, None as
-    NaN). Such a column is refused where it holds a null at any depth, since a null cannot be told from a key
-    that was never there; without nulls every row had every key, and the values are the ones given. Python
-    objects (Ray's fallback for columns Arrow cannot type) and strings come back as they were."""
+    column of JSON-like values as one Arrow type when it can, merging the rows': a key a row lacks comes back as
+    None, and an integer beside a float, or beside a missing number, comes back as a float (1 as 1.0, a missing
+    one as NaN). Neither can be told apart from a value given so, so a column holding a null or a whole-number
+    float at any depth is refused; in any other, no value was merged, and the values are the ones given. Python
+    objects (Ray's fallback for columns Arrow cannot type) and strings without nulls come back as they were."""
     if not isinstance(block, pa.Table):
         return  # a pandas block holds dicts and lists as the Python objects they were
     column = block.column(name)
     if isinstance(column.type, pa.ExtensionType) and column.type.extension_name == "ray.data.arrow_pickled_object":
         return
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        if not column.null_count:
-            return
-    elif not any(_holds_null(chunk) for chunk in column.chunks):
+    found = next(filter(None, (_merged(chunk) for chunk in column.chunks)), None)
+    if found is None:
         return
+    if json_text and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                      or pa.types.is_null(column.type)):
+        raise locate(FieldError("a value of this JSONField's column of JSON text is missing (a null): give the "
+                                "text 'null' for a JSON null"), field=name)
     raise locate(FieldError(
-        f"Ray holds this JSONField's column as Arrow {column.type} with nulls: Arrow merged the rows' values into "
-        "one type, and a key a row lacks or a missing number cannot be told from a null (it would be stored as "
-        "None, or as NaN in a column of floats). Give each value as its JSON text (json.dumps) and "
-        "json_text=True, which stores the values exactly"), field=name)
+        f"Ray holds this JSONField's column as Arrow {column.type}, with {found}: Arrow merged the rows' values "
+        "into one type, so a key a row lacks, a missing number or an integer beside a float cannot be told apart "
+        "from the null or float it became. Give each value as its JSON text (json.dumps) and json_text=True, "
+        "which stores the values exactly"), field=name)
 
 
-def _holds_null(array: pa.Array) -> bool:
+def _merged(array: pa.Array) -> str | None:
+    """What in ``array`` (at any depth) may have been another value before Arrow merged the rows' types: a null
+    or a whole-number float; None if nothing."""
     if array.null_count:
-        return True
+        return "a null"
     kind = array.type
     if isinstance(kind, pa.ExtensionType):
-        return _holds_null(array.storage)
+        return _merged(array.storage)
+    if pa.types.is_floating(kind):
+        values = array.to_numpy(zero_copy_only=False)
+        return "a whole-number float" if np.any(np.isfinite(values) & (values == np.floor(values))) else None
     if pa.types.is_struct(kind):
-        return any(_holds_null(child) for child in array.flatten())
+        return next(filter(None, (_merged(child) for child in array.flatten())), None)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _holds_null(array.flatten())
+        return _merged(array.flatten())
     if pa.types.is_map(kind):
-        return _holds_null(array.keys) or _holds_null(array.items)
-    return False
+        return _merged(array.keys) or _merged(array.items)
+    return None
 
 
 def _from_ray(value: Any, kind: str, name: str, row: int) -> Any:

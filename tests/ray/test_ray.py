@@ -210,9 +210,15 @@ def test_an_output_holding_another_write_is_refused_unless_overwrite(written, tm
 
 
 #: JSON values Arrow cannot hold exactly when Ray merges them into one type: dicts with other keys (a key a row
-#: lacks comes back as None), an integer beside a missing one (1 comes back as 1.0, None as NaN).
-UNEVEN_JSON = [{"meta": {"a": 1}}, {"meta": {"b": [1, 2]}}, {"meta": {"a": None, "c": "x"}}]
-MISSING_NUMBER_JSON = [{"meta": 1}, {"meta": None}]
+#: lacks comes back as None), an integer beside a missing one (1 comes back as 1.0, None as NaN), an integer
+#: beside a float (1 comes back as 1.0), at the top, in a dict or in a list.
+MERGED_JSON = {
+    "uneven_dicts": [{"meta": {"a": 1}}, {"meta": {"b": [1, 2]}}, {"meta": {"a": None, "c": "x"}}],
+    "missing_number": [{"meta": 1}, {"meta": None}],
+    "int_beside_float": [{"meta": 1}, {"meta": 2.5}],
+    "int_beside_float_in_a_dict": [{"meta": {"a": 1}}, {"meta": {"a": 1.5}}],
+    "int_beside_float_in_a_list": [{"meta": [1, 2.5]}],
+}
 
 
 def _stored(output, field="meta"):
@@ -223,10 +229,10 @@ def _stored(output, field="meta"):
     return values
 
 
-@pytest.mark.parametrize("items", [UNEVEN_JSON, MISSING_NUMBER_JSON], ids=["uneven_dicts", "missing_number"])
+@pytest.mark.parametrize("items", list(MERGED_JSON.values()), ids=list(MERGED_JSON))
 def test_json_values_arrow_would_change_are_refused_and_stored_exactly_as_text(local_ray, tmp_path, items):
     fields = {"meta": JSONField()}
-    with pytest.raises(Exception, match=r"(?s)field 'meta'.*with nulls.*json_text=True"):
+    with pytest.raises(Exception, match=r"(?s)field 'meta'.*with a (null|whole-number float).*json_text=True"):
         write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / "values", fields)
     as_text = ray.data.from_items([{"meta": json.dumps(item["meta"])} for item in items], override_num_blocks=1)
     write_dataset(as_text, tmp_path / "text", fields, json_text=True)
@@ -235,10 +241,13 @@ def test_json_values_arrow_would_change_are_refused_and_stored_exactly_as_text(l
     assert _stored(tmp_path / "strings") == [json.dumps(item["meta"]) for item in items]
 
 
-def test_json_values_ray_keeps_as_python_objects_are_stored_exactly(local_ray, tmp_path):
-    items = [{"meta": {"a": 1}}, {"meta": [1, "two", None]}, {"meta": 7}]  # no one Arrow type: kept as objects
-    write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / "out", {"meta": JSONField()})
-    assert _stored(tmp_path / "out") == [item["meta"] for item in items]
+def test_json_values_ray_keeps_as_python_objects_or_arrow_holds_unmerged_are_stored_exactly(local_ray, tmp_path):
+    for name, items in {
+        "objects": [{"meta": {"a": 1}}, {"meta": [1, "two", None]}, {"meta": 7}],  # no one Arrow type
+        "same_keys": [{"meta": {"a": 1, "b": [0.5, 2.25]}}, {"meta": {"a": 2, "b": []}}],  # one type, nothing merged
+    }.items():
+        write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / name, {"meta": JSONField()})
+        assert json.dumps(_stored(tmp_path / name)) == json.dumps([item["meta"] for item in items])
 
 
 def test_what_the_datasource_reads_writes_back_the_same_with_json_text(written, tmp_path):
@@ -253,6 +262,9 @@ def test_what_the_datasource_reads_writes_back_the_same_with_json_text(written, 
     assert copied == [(k - 20, {"id": k, "tags": ["a"] * (k % 3)}) for k in range(ROWS)]
     with pytest.raises(Exception, match=r"(?s)field 'meta'.*sample 0.*not JSON text"):
         write_dataset(ray.data.from_items([{"meta": "hello"}]), tmp_path / "bad", {"meta": JSONField()},
+                      json_text=True)
+    with pytest.raises(Exception, match=r"(?s)field 'meta'.*missing \(a null\): give the text 'null'"):
+        write_dataset(ray.data.from_items([{"meta": "1"}, {"meta": None}]), tmp_path / "null", {"meta": JSONField()},
                       json_text=True)
 
 
