@@ -140,8 +140,8 @@ class _Returns(Order):
     (np.r_[np.arange(202), 203], r"returned sample 203, outside the file's samples \[0, 203\)"),  # read unchecked
     (np.r_[np.arange(202), 2**40], "returned sample 1099511627776, outside"),                        # a crash before
     (np.r_[np.arange(202), -1], "returned sample -1, outside"),
-    (np.r_[np.arange(202), 0], "returned sample 0 2 times, selected 1 times"),
-    (np.arange(200), "returned 200 samples; it must return every one of the 203 selected samples exactly once"),
+    (np.r_[np.arange(202), 0], r"left out sample 202 \(and so returned another more than once\)"),
+    (np.arange(200), r"returned 200 samples; it must return every one of the selected samples exactly once \(203\)"),
     (np.arange(203.0), "must return a 1-D array of whole sample numbers, got an array of float64"),
 ], ids=["past_the_file", "far_past_the_file", "negative", "repeated", "too_few", "floats"])
 def test_a_custom_order_that_is_not_a_permutation_is_refused_when_the_epoch_starts(image_file, result, message):
@@ -153,6 +153,19 @@ def test_a_custom_order_that_is_not_a_permutation_is_refused_when_the_epoch_star
     with Loader(image_file, batch_size=50, num_workers=1, order=_Returns(np.arange(203)[::-1])) as loader:
         assert [int(i) for i in np.concatenate(loader.epoch_batches(0))] == list(range(202, -1, -1))
         assert [int(label) for _, label in loader for label in label] == list(range(202, -1, -1))
+
+
+def test_a_custom_order_over_selected_samples_must_return_each_as_often_as_selected(image_file):
+    from beton import Loader
+
+    selected = np.array([5, 9, 9, 40])  # indices= may repeat a sample
+    for result, message in [(np.array([9, 5, 40, 40]), r"returned sample 9 1 time\(s\), selected 2 time\(s\)"),
+                            (np.array([9, 5, 40, 7]), r"returned sample 7 1 time\(s\), selected 0 time\(s\)")]:
+        with Loader(image_file, batch_size=2, num_workers=1, indices=selected, order=_Returns(result)) as loader:
+            with pytest.raises(beton.errors.LoaderError, match=message):
+                iter(loader)
+    with Loader(image_file, batch_size=2, num_workers=1, indices=selected, order=_Returns(selected[::-1])) as loader:
+        assert [int(label) for _, label in loader for label in label] == [40, 9, 9, 5]
 
 
 @pytest.mark.parametrize("padding", [np.array([203]), np.array([2**40])], ids=["past_the_file", "far_past_the_file"])
