@@ -49,7 +49,11 @@ class TraversalOrderAdapter(Order):
         self.traversal = traversal
 
     def permutation(self, indices: np.ndarray, seed: int, epoch: int, context: OrderContext) -> np.ndarray:
-        order = np.asarray(self.traversal.sample_order(epoch), dtype=np.int64).reshape(-1)
+        given = np.asarray(self.traversal.sample_order(epoch))
+        if given.size and not np.issubdtype(given.dtype, np.integer):  # as FFCV, which indexes with it, refuses
+            raise PipelineError(f"{type(self.traversal).__name__}.sample_order({epoch}) must return whole sample "
+                                f"numbers, got an array of {given.dtype}")
+        order = given.astype(np.int64, copy=False).reshape(-1)
         if not np.isin(order, indices).all():
             raise PipelineError(f"{type(self.traversal).__name__}.sample_order({epoch}) returned indices outside the "
                                 "Loader's selected samples")

@@ -170,8 +170,8 @@ def _verify(arguments: argparse.Namespace) -> int:
             with manifest.open_shard(number) as reader:
                 report = verify_reader(reader)
                 if tables is not None:  # what a Loader compares when it first opens the shard
-                    shard_tables = tables_of_reader(reader)[0]
-                    check_shard_tables(manifest, number, (shard_tables.data, shard_tables.allocations),
+                    stored = tables_of_reader(reader)[0]
+                    check_shard_tables(manifest, number, (stored.data, stored.allocations),
                                        tables.shard_tables(manifest, number))
         except (BetonError, OSError) as error:  # each bad shard is named; the others are still checked
             failed.append(number)
@@ -194,7 +194,7 @@ def _tables_file(manifest: Manifest, remote: RemoteOptions | None) -> tuple[Open
         return None, ""
     try:
         tables = read_tables_file(manifest, manifest.content_checks(False), remote)
-    except BetonError as error:
+    except (BetonError, OSError) as error:  # as for shards: a file this user may not read, ...
         print(printable(f"FAILED: the tables file: {' '.join(str(error).split())}"))
         return None, f"the tables file {manifest.tables.location} failed"
     print(printable(f"OK: the tables file {manifest.tables.location}"))

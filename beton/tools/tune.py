@@ -39,6 +39,7 @@ import simplejpeg
 
 from beton._cores import usable_cores
 from beton.errors import FieldError
+from beton.storage.local_file import open_regular
 from beton.decoders import RandomResizedCropRGBImageDecoder
 from beton.codecs.image_record import IMAGE_MODES
 from beton.codecs.jpeg_scans import whole_jpeg
@@ -122,7 +123,7 @@ def _mib(count: float) -> str:
 
 def measure_read_bandwidth(path: str | os.PathLike[str], max_bytes: int = _BANDWIDTH_BYTES) -> float:
     """Bytes per second reading ``path`` sequentially after asking the kernel to drop it from the page cache."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(os.fspath(path))
     try:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

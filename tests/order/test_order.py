@@ -122,6 +122,15 @@ def test_ffcv_style_traversal_orders_and_order_classes(image_file):
         with pytest.raises(beton.errors.PipelineError, match="outside the Loader's selected samples"):
             loader.epoch_batches(0)
 
+    class Floats(TraversalOrder):  # were truncated to whole numbers; FFCV's indexing with them raises
+        def sample_order(self, epoch):
+            return self.indices[::-1] + 0.5
+
+    with Loader(image_file, batch_size=50, num_workers=1, order=Floats) as loader:
+        with pytest.raises(beton.errors.PipelineError, match=r"Floats.sample_order\(0\) must return whole sample "
+                                                             "numbers, got an array of float64"):
+            loader.epoch_batches(0)
+
 
 class _Returns(Order):
     """A custom order that returns what it is given, whatever the indices (to test what the Loader accepts)."""
