@@ -94,6 +94,27 @@ def test_columns_become_fields_and_round_trip(tmp_path):
         assert reader.metadata["source"] == {"format": "parquet", "files": [str(tmp_path / "t.parquet")]}
 
 
+def test_binary_in_every_arrow_layout_is_bytes_and_text_in_every_layout_can_be(tmp_path):
+    # fixed-size binary (UUIDs, hashes), binary views and dictionary-encoded binary were taken for JSON, and
+    # every row failed ("bytes is not JSON serializable"); --type x=bytes refused them
+    blobs = [bytes([i, 255 - i]) for i in range(N)]
+    texts = [f"t{i % 3} ü" for i in range(N)]
+    columns = {"fixed": pa.array(blobs, pa.binary(2)), "dictionary": pa.array(blobs).dictionary_encode(),
+               "text": pa.array(texts).dictionary_encode()}
+    if hasattr(pa, "binary_view"):  # pyarrow 16 and later
+        columns["view"] = pa.array(blobs, pa.binary_view())
+        columns["text_view"] = pa.array(texts, pa.string_view())
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    texts_as_bytes = {name: "bytes" for name in columns if name.startswith("text")}
+    beton.convert.parquet(tmp_path / "t.parquet", tmp_path / "t.beton", types=texts_as_bytes, num_workers=0,
+                          progress=False)
+    with beton.Reader(tmp_path / "t.beton") as reader:
+        assert all(type(field) is BytesField for field in reader.fields.values())
+        for i in range(N):
+            expected = {name: texts[i].encode() if name.startswith("text") else blobs[i] for name in columns}
+            assert dict(zip(reader.fields, reader[i])) == expected
+
+
 def test_files_and_folders_in_order_with_columns_chosen_and_types_overridden(tmp_path):
     (tmp_path / "data" / "nested").mkdir(parents=True)
     pq.write_table(table(0, 3), tmp_path / "data" / "a.parquet")

@@ -191,7 +191,7 @@ def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None
         raise ConversionError(f"column {name!r}: kind must be one of {COLUMN_KINDS}, got {kind!r}")
     types = pa.types
     if kind == "image":
-        if not (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or _is_image_struct(arrow_type, pa)):
+        if not (_is_binary(arrow_type, pa) or _is_image_struct(arrow_type, pa)):
             raise ConversionError(f"column {name!r} is {arrow_type}; images come from binary columns or "
                                   "{bytes, path} structs")
         return _Plan(kind, ImageOptions(**image_options).field())
@@ -216,8 +216,7 @@ def _plan(name: str, arrow_type: Any, feature: dict | None, override: str | None
         dtype, shape = layout
         return _Plan(kind, RaggedArrayField(dtype, shape), dtype, shape[1:])  # type: ignore[arg-type]
     if kind == "bytes":
-        if not (types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_string(arrow_type)
-                or types.is_large_string(arrow_type) or _is_image_struct(arrow_type, pa)):
+        if not (_is_binary(arrow_type, pa) or _is_text(arrow_type, pa) or _is_image_struct(arrow_type, pa)):
             raise ConversionError(f"column {name!r} is {arrow_type}, which cannot be stored as bytes")
         return _Plan(kind, BytesField())
     return _Plan("json", JSONField())
@@ -242,7 +241,7 @@ def _auto_kind(name: str, arrow_type: Any, feature: dict | None, first_file: str
     if hf_type == "Image" or (_is_image_struct(arrow_type, pa) and hf_type is None and
                               _first_is_image(first_file, name, pa)):
         return "image"
-    if types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
+    if _is_binary(arrow_type, pa):
         return "image" if _first_is_image(first_file, name, pa) else "bytes"
     if _is_image_struct(arrow_type, pa):
         return "bytes"  # {bytes, path} of something else (HF Audio, say)
@@ -255,6 +254,29 @@ def _auto_kind(name: str, arrow_type: Any, feature: dict | None, first_file: str
     if ragged_layout(arrow_type, feature, pa) is not None:
         return "ragged"
     return "json"
+
+
+def _is_binary(arrow_type: Any, pa: Any) -> bool:
+    """Whether the column holds byte strings in any of Arrow's layouts: a Parquet file may hold fixed-size binary
+    (UUIDs, hashes), binary views, or dictionary-encoded binary, which read as ``bytes`` like plain binary."""
+    types = pa.types
+    if types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    return types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or \
+        types.is_fixed_size_binary(arrow_type) or _view_test(types, "is_binary_view")(arrow_type)
+
+
+def _is_text(arrow_type: Any, pa: Any) -> bool:
+    """Whether the column holds strings in any of Arrow's layouts (plain, large, view, dictionary-encoded)."""
+    types = pa.types
+    if types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    return types.is_string(arrow_type) or types.is_large_string(arrow_type) or _view_test(types, "is_string_view")(arrow_type)
+
+
+def _view_test(types: Any, name: str) -> Callable[[Any], bool]:
+    """pyarrow's test for a view type; pyarrow before 16 has no view types (the extra allows pyarrow 14)."""
+    return getattr(types, name, lambda arrow_type: False)
 
 
 def _is_image_struct(arrow_type: Any, pa: Any) -> bool:
@@ -350,8 +372,7 @@ class _Rows:
 
     def _values(self, column: Any, plan: _Plan, name: str) -> list[Any]:
         pa = self.pa
-        if plan.kind in ("image", "bytes") and (pa.types.is_string(column.type) or
-                                                pa.types.is_large_string(column.type)):
+        if plan.kind in ("image", "bytes") and _is_text(column.type, pa):
             values = [None if value is None else value.encode("utf-8") for value in column.to_pylist()]
         elif plan.kind in ("image", "bytes"):
             values = _binary_values(column, pa)
