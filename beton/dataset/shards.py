@@ -6,7 +6,8 @@
 
 * a path or URL ending in ``.json`` (any case) is a manifest file (:func:`~beton.dataset.manifest.read_manifest`);
 * a local path with ``*``, ``?`` or ``[`` that names no existing file is a glob, and so is a URL with ``*``, ``?``
-  or ``[`` (except HTTP(S), which cannot list; there ``?`` starts a query): the matches, sorted by name, so shards
+  or ``[`` that names no object in its store (except HTTP(S), which cannot list; there ``?`` starts a query; a
+  URL's store is asked when the glob is listed): the matches, sorted by name, so shards
   are named with zero-padded numbers (``train-00007-of-00064.beton``); an HTTP(S) URL with ``*`` or ``[`` in its
   path is refused (:class:`~beton.errors.ShardNotFoundError`, before any request) rather than fetched as a file
   of that name: its shards are named by a list of URLs or a manifest file;
@@ -173,6 +174,15 @@ def _spelled_as_given(url: str, pattern: str, path: str, fs: Any) -> str:
     return given + path[len(stored):] if path.startswith(stored) else fs.unstrip_protocol(path)
 
 
+def _names_a_file(fs: Any, path: str) -> bool:
+    """Whether the store holds a file named ``path`` exactly (glob characters and all). Only a missing file is
+    an answer: any other failure reaches the retry budget around the listing."""
+    try:
+        return fs.info(path).get("type") == "file"
+    except FileNotFoundError:
+        return False
+
+
 def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
     """The files a path, URL or glob names, in order."""
     if not _is_glob(item):
@@ -183,6 +193,8 @@ def _expand(item: str, remote: RemoteOptions | None) -> list[str]:
 
         def listing(fresh: bool) -> list[str]:
             fs, pattern = filesystem(item, options)
+            if _names_a_file(fs, pattern):  # as a local path: an object named 'a[1].beton' is that object,
+                return [item]               # not the glob's match 'a1.beton'
             return [_spelled_as_given(item, pattern, path, fs) for path in sorted(fs.glob(pattern))]
 
         matches = with_retries(listing, options, item, "listing the files of the glob",

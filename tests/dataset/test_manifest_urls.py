@@ -96,3 +96,17 @@ def test_a_glob_refused_by_the_store_is_a_storage_error_naming_it(folder, monkey
         dataset_manifest(f"{folder}/part-*.beton", remote=OPTIONS)
     assert caught.value.path == f"{folder}/part-*.beton"
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("name, lookalike", [("a[1].beton", "a1.beton"), ("q?.beton", "qx.beton")])
+def test_a_url_naming_an_object_with_glob_characters_reads_that_object(folder, tmp_path, name, lookalike):
+    """As a local path does: a Loader given s3://b/a[1].beton read the glob's match a1.beton, and q?.beton read
+    itself and qx.beton, while a Reader read the object named."""
+    fs = fsspec.filesystem("memory")
+    for file, first in ((name, 100), (lookalike, 200)):
+        local = write(str(tmp_path / f"{first}.beton"), {"label": IntField()}, [(first + i,) for i in range(2)])
+        fs.put_file(local, f"{folder[len('memory://'):]}/{file}")
+    with Loader(f"{folder}/{name}", batch_size=8, remote=OPTIONS) as loader:
+        assert [label for (labels,) in loader for label in labels.tolist()] == [100, 101]
+    assert list(dataset_manifest(f"{folder}/[aq]*.beton", remote=OPTIONS).shards.locations) == sorted(
+        f"{folder}/{file}" for file in (name, lookalike))  # a glob naming no object stays a glob
