@@ -240,6 +240,24 @@ def test_files_must_agree_on_their_columns(tmp_path):
         beton.convert.parquet(tmp_path / "empty", tmp_path / "o.beton", progress=False)
 
 
+def test_a_file_that_is_not_parquet_is_named_and_an_arrow_folder_gets_a_hint(tmp_path):
+    """pyarrow's own error ('Parquet magic bytes not found in footer') named no file; a folder written by
+    datasets' save_to_disk (Arrow files) is what a new user most often hands over."""
+    pq.write_table(table(), tmp_path / "a.parquet")
+    (tmp_path / "notes.txt").write_text("not parquet")
+    with pytest.raises(ConversionError, match=r"notes.txt: not a Parquet file pyarrow can read \(Parquet magic"):
+        beton.convert.parquet([tmp_path / "a.parquet", tmp_path / "notes.txt"], tmp_path / "o.beton", progress=False)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    arrow = saved / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table().schema) as out:
+        out.write_table(table())
+    for source in (saved, arrow):
+        with pytest.raises(ConversionError, match=r"save_to_disk writes Arrow files, not Parquet: convert "):
+            beton.convert.parquet(source, tmp_path / "o.beton", progress=False)
+    assert not (tmp_path / "o.beton").exists()
+
+
 def test_nan_in_a_json_column_is_refused_not_turned_into_null(tmp_path):
     pq.write_table(pa.table({"x": pa.array([1.0, float("nan")])}), tmp_path / "f.parquet")
     report = beton.convert.parquet(tmp_path / "f.parquet", tmp_path / "f.beton", types={"x": "json"},

@@ -85,7 +85,8 @@ def parquet_files(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[s
             found = sorted(os.path.join(directory, name) for directory, _, names in os.walk(source)
                            for name in names if name.endswith(".parquet") and not name.startswith("."))
             if not found:
-                raise ConversionError(f"folder {source!r} holds no .parquet files")
+                arrow = any(name.endswith(".arrow") for _, _, names in os.walk(source) for name in names)
+                raise ConversionError(f"folder {source!r} holds no .parquet files" + (_SAVE_TO_DISK if arrow else ""))
             files += found
         elif os.path.isfile(source):
             files.append(source)
@@ -116,7 +117,7 @@ def parquet(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
     """
     pa = _pyarrow()
     files = parquet_files(sources)
-    schema = pa.parquet.read_schema(files[0])
+    schema = _schema(files[0], pa)
     names = list(columns) if columns is not None else list(schema.names)
     _check_columns(files, schema, names, pa)
     hf = _hf_features(schema)
@@ -145,13 +146,27 @@ def _check_columns(files: list[str], schema: Any, names: list[str], pa: Any) -> 
     if len(set(names)) != len(names) or not names:
         raise ConversionError(f"columns must be distinct and at least one, got {names}")
     for path in files[1:]:
-        other = pa.parquet.read_schema(path)
+        other = _schema(path, pa)
         for name in names:
             if name not in other.names:
                 raise ConversionError(f"{path}: no column {name!r}, which {files[0]} has")
             if not other.field(name).type.equals(schema.field(name).type):
                 raise ConversionError(f"{path}: column {name!r} is {other.field(name).type}, in {files[0]} it is "
                                       f"{schema.field(name).type}")
+
+
+_SAVE_TO_DISK = ("; datasets.Dataset.save_to_disk writes Arrow files, not Parquet: convert "
+                 "datasets.load_from_disk(folder).to_parquet('data.parquet')")
+
+
+def _schema(path: str, pa: Any) -> Any:
+    """The schema of the Parquet file ``path``; a file pyarrow cannot read as Parquet is named (pyarrow's error
+    does not name it)."""
+    try:
+        return pa.parquet.read_schema(path)
+    except (pa.ArrowException, OSError) as error:
+        hint = _SAVE_TO_DISK if path.endswith(".arrow") else ""
+        raise ConversionError(f"{path}: not a Parquet file pyarrow can read ({error}){hint}") from None
 
 
 def _hf_features(schema: Any) -> dict[str, dict]:
@@ -271,7 +286,8 @@ def _is_text(arrow_type: Any, pa: Any) -> bool:
     types = pa.types
     if types.is_dictionary(arrow_type):
         arrow_type = arrow_type.value_type
-    return types.is_string(arrow_type) or types.is_large_string(arrow_type) or _view_test(types, "is_string_view")(arrow_type)
+    return types.is_string(arrow_type) or types.is_large_string(arrow_type) or \
+        _view_test(types, "is_string_view")(arrow_type)
 
 
 def _view_test(types: Any, name: str) -> Callable[[Any], bool]:
