@@ -520,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{arguments.command}: {error}")
     try:
         return arguments.run(arguments)
+    except BrokenPipeError:  # the reader of the output left (`beton info ... | head`): nothing is wrong to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has nowhere to fail
+        return 141  # a shell's status for a process ended by SIGPIPE
     except (BetonError, OSError, ValueError) as error:
         if arguments.debug:
             traceback.print_exc()

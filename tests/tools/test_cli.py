@@ -228,6 +228,16 @@ def test_errors_are_one_line_and_debug_adds_the_traceback(mixed_file, tmp_path):
     assert debug.stderr.strip().splitlines()[-1] == plain.stderr.strip()
 
 
+def test_output_to_a_reader_that_left_ends_quietly(mixed_file):
+    """`beton info ... | head`: the reader closes the pipe; the command stops without an error message."""
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first line: every write fails with EPIPE
+    with os.fdopen(writer, "w") as stdout:
+        result = subprocess.run([sys.executable, "-m", "beton.tools.cli", "info", str(mixed_file)], stdout=stdout,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
 def test_info_escapes_control_characters_from_the_file(tmp_path):
     import dataclasses
 
