@@ -23,7 +23,8 @@ and the totals (``verify`` goes on past a bad shard and exits 1 naming each; of 
 checks that file and each shard against it as a Loader does).
 
 Exit codes: 0 success (for ``convert``: the file was written; sources left out by ``--on-error skip`` are
-listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments.
+listed), 1 the file is invalid or corrupt, or a conversion failed, 2 bad arguments, 141 (quietly) the reader
+of the output left (``beton info ... | head``).
 Errors print as one line; ``--debug`` adds the traceback. Text taken from a file (names, arguments) is printed
 with control and formatting characters escaped, so a crafted file cannot drive the terminal.
 """
