@@ -64,6 +64,11 @@ class NormalizeImage(JitOperation):
         if previous.kind == "numpy":
             previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
             return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
+        # apply() takes a tensor whose first per-sample dimension holds the channels for CxHxW: where the last one
+        # does too, HxWxC images of height C would be normalised across their rows, so that is refused
+        previous.require(previous.shape[0] != previous.shape[2], self,
+                         f"tensors whose channel axis can be told apart (first or last, not both {channels}): put "
+                         "it before ToTensor, on numpy HxWxC images, or after ToTorchImage")
         return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
 
     def stage_kind(self, previous: Any) -> str | None:
@@ -84,8 +89,11 @@ class NormalizeImage(JitOperation):
         import torch
 
         dtype = torch_dtype(self.dtype)
+        # in float32 at least, rounded to a narrower dtype once at the end (as the numpy path): in float16 itself
+        # the rounded mean cancels, leaving values near 0 up to 138 float16 steps off
+        work = torch.promote_types(dtype, torch.float32)
         channels_first = batch.shape[1] == len(self.mean)
         shape = (1, -1, 1, 1) if channels_first else (1, 1, 1, -1)
-        mean = torch.tensor(self.mean, dtype=dtype, device=batch.device).view(shape)
-        std = torch.tensor(self.std, dtype=dtype, device=batch.device).view(shape)
-        return (batch.to(dtype) - mean) / std
+        mean = torch.tensor(self.mean, dtype=work, device=batch.device).view(shape)
+        std = torch.tensor(self.std, dtype=work, device=batch.device).view(shape)
+        return ((batch.to(work) - mean) / std).to(dtype)

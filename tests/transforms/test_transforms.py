@@ -417,3 +417,32 @@ def test_squeeze_takes_ffcv_batch_dimensions_or_per_sample_dims():
         Squeeze(2).output_state(state)
     batch = torch.zeros(5, 1, 3, 1)
     assert Squeeze(1).apply(batch, None).shape == (5, 3, 1)
+
+
+def test_normalize_on_torch_refuses_images_whose_channel_axis_it_cannot_tell(tmp_path):
+    # (3, 5, 3) per sample after ToTensor is HxWxC with H == C, or would be CxHxW with W == C: taking it for
+    # channels-first normalised each row of HxWxC images by the wrong channel's statistics, silently
+    path = write(tmp_path / "short.beton", {"image": NDArrayField(np.uint8, (3, 5, 3)), "label": IntField()},
+                 [(np.ascontiguousarray(photo_crop(i, 3, 5)), i) for i in range(4)])
+    with pytest.raises(PipelineError, match="before ToTensor"):
+        run(path, [ToTensor(), NormalizeImage(MEAN, STD)])
+    for operations, channels_first in (([NormalizeImage(MEAN, STD), ToTensor()], False),  # these still serve them
+                                       ([ToTensor(), ToTorchImage(), NormalizeImage(MEAN, STD)], True)):
+        for images, labels, _ in run(path, operations):
+            for image, label in zip(images, labels.tolist()):
+                expected = (photo_crop(label, 3, 5) - np.array(MEAN)) / np.array(STD)
+                got = image.permute(1, 2, 0).numpy() if channels_first else image.numpy()
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_normalize_on_torch_rounds_once_to_a_narrow_dtype(dtype):
+    # (x - mean) / std computed in float32, then rounded to the output dtype, as the numpy path and FFCV's lookup
+    # table do: computed in float16 itself, the rounded mean cancelled to values up to 138 float16 steps off near 0
+    mean, std = [v * 255 for v in (0.485, 0.456, 0.406)], [v * 255 for v in (0.229, 0.224, 0.225)]
+    images = torch.arange(256, dtype=torch.uint8).repeat(3, 1).reshape(1, 3, 16, 16)
+    got = NormalizeImage(mean, std, dtype).apply(images, None)
+    exact = (images.double() - torch.tensor(mean).view(1, 3, 1, 1).double()) / torch.tensor(std).view(1, 3, 1, 1).double()
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, exact.to(torch.float32).to(dtype), rtol=0, atol=0)
+
