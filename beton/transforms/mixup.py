@@ -14,6 +14,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from beton.errors import DecodeError
 from beton.pipeline.operation import BatchContext, BatchOperation, State
 from beton.transforms._image import require_uint8_images
 
@@ -102,6 +103,7 @@ class MixupToOneHot(BatchOperation):
     def apply(self, batch: Any, context: BatchContext) -> Any:
         rows = np.arange(len(batch))
         labels, partners = batch[:, 0], batch[:, 1]
+        self._check_labels(batch[:, :2])
         if isinstance(batch, np.ndarray):
             out = np.zeros((len(batch), self.num_classes), batch.dtype)
             np.add.at(out, (rows, labels.astype(np.int64)), batch[:, 2])
@@ -114,3 +116,13 @@ class MixupToOneHot(BatchOperation):
         out.scatter_add_(1, partners.long()[:, None], 1 - batch[:, 2:3])
         return out
 
+    def _check_labels(self, labels: Any) -> None:
+        """DecodeError unless every label is a class: numpy's indexing would take -1 for the last one, silently.
+
+        Not on a GPU: reading the labels back there would make the batch wait for the training step queued
+        before it, and an out-of-range index is not silent there (scatter_add_ fails a device-side assertion)."""
+        if not len(labels) or str(getattr(labels, "device", "cpu")) != "cpu":  # numpy's and torch's spellings
+            return
+        low, high = float(labels.min()), float(labels.max())
+        if low < 0 or high >= self.num_classes:
+            raise DecodeError(f"{self!r} needs labels in 0..{self.num_classes - 1}, got {low if low < 0 else high:g}")

@@ -446,3 +446,14 @@ def test_normalize_on_torch_rounds_once_to_a_narrow_dtype(dtype):
     assert got.dtype == dtype
     torch.testing.assert_close(got, exact.to(torch.float32).to(dtype), rtol=0, atol=0)
 
+
+def test_mixup_to_one_hot_refuses_labels_outside_its_classes():
+    from beton.errors import DecodeError
+    from beton.transforms import MixupToOneHot
+
+    for label in (-1, 4):  # numpy's indexing took -1 for the last class, silently
+        rows = np.array([[label, 2.0, 0.7], [3.0, 3.0, 0.2]])
+        for batch in (rows, torch.tensor(rows)):
+            with pytest.raises(DecodeError, match=f"labels in 0..3, got {label}"):
+                MixupToOneHot(4).apply(batch, None)
+    np.testing.assert_array_equal(MixupToOneHot(4).apply(np.array([[0.0, 3.0, 0.25]]), None), [[0.25, 0, 0, 0.75]])
