@@ -79,8 +79,9 @@ class NormalizeImage(JitOperation):
         return _normalize_kernel
 
     def kernel_arguments(self, previous: Any) -> tuple:
-        std = np.asarray(self.std, np.float32)
-        return (1.0 / std, -np.asarray(self.mean, np.float32) / std)
+        work = np.promote_types(self.dtype, np.float32)  # float64 output is computed in float64, not float32
+        std = np.asarray(self.std, work)
+        return (1.0 / std, -np.asarray(self.mean, work) / std)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
         if isinstance(batch, np.ndarray):

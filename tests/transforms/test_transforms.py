@@ -447,6 +447,13 @@ def test_normalize_on_torch_rounds_once_to_a_narrow_dtype(dtype):
     torch.testing.assert_close(got, exact.to(torch.float32).to(dtype), rtol=0, atol=0)
 
 
+def test_normalize_to_float64_on_numpy_images_keeps_float64_precision(tile_file):
+    for images, labels, _ in run(tile_file, [NormalizeImage(MEAN, STD, np.float64), ToTensor()]):
+        for image, label in zip(images.numpy(), labels.tolist()):
+            assert image.dtype == np.float64
+            np.testing.assert_allclose(image, (IMAGES[label] - np.array(MEAN)) / np.array(STD), rtol=1e-13, atol=1e-13)
+
+
 def test_mixup_to_one_hot_refuses_labels_outside_its_classes():
     from beton.errors import DecodeError
     from beton.transforms import MixupToOneHot
