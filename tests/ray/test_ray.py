@@ -221,12 +221,13 @@ MERGED_JSON = {
 }
 
 
-def _stored(output, field="meta"):
-    values = []
+def _stored(output):
+    """Every sample of the shards a write put in ``output``, as tuples, in the manifest's order."""
+    rows = []
     for shard in read_manifest(output / "manifest.json").shards:
         with Reader(shard.location) as reader:
-            values += [reader[i][0] for i in range(reader.num_samples)]
-    return values
+            rows += [reader[i] for i in range(reader.num_samples)]
+    return rows
 
 
 @pytest.mark.parametrize("items", list(MERGED_JSON.values()), ids=list(MERGED_JSON))
@@ -236,9 +237,9 @@ def test_json_values_arrow_would_change_are_refused_and_stored_exactly_as_text(l
         write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / "values", fields)
     as_text = ray.data.from_items([{"meta": json.dumps(item["meta"])} for item in items], override_num_blocks=1)
     write_dataset(as_text, tmp_path / "text", fields, json_text=True)
-    assert _stored(tmp_path / "text") == [item["meta"] for item in items]
+    assert _stored(tmp_path / "text") == [(item["meta"],) for item in items]
     write_dataset(as_text, tmp_path / "strings", fields)  # without json_text, strings are JSON strings
-    assert _stored(tmp_path / "strings") == [json.dumps(item["meta"]) for item in items]
+    assert _stored(tmp_path / "strings") == [(json.dumps(item["meta"]),) for item in items]
 
 
 def test_json_values_ray_keeps_as_python_objects_or_arrow_holds_unmerged_are_stored_exactly(local_ray, tmp_path):
@@ -247,7 +248,7 @@ def test_json_values_ray_keeps_as_python_objects_or_arrow_holds_unmerged_are_sto
         "same_keys": [{"meta": {"a": 1, "b": [0.5, 2.25]}}, {"meta": {"a": 2, "b": []}}],  # one type, nothing merged
     }.items():
         write_dataset(ray.data.from_items(items, override_num_blocks=1), tmp_path / name, {"meta": JSONField()})
-        assert json.dumps(_stored(tmp_path / name)) == json.dumps([item["meta"] for item in items])
+        assert json.dumps(_stored(tmp_path / name)) == json.dumps([(item["meta"],) for item in items])
 
 
 def test_what_the_datasource_reads_writes_back_the_same_with_json_text(written, tmp_path):
@@ -255,11 +256,7 @@ def test_what_the_datasource_reads_writes_back_the_same_with_json_text(written, 
     fields = {"label": IntField(), "meta": JSONField()}
     read = read_beton(output / "manifest.json", columns=list(fields))
     write_dataset(read, tmp_path / "copy", fields, json_text=True)
-    copied = []
-    for shard in read_manifest(tmp_path / "copy" / "manifest.json").shards:
-        with Reader(shard.location) as reader:
-            copied += [reader[i] for i in range(reader.num_samples)]
-    assert copied == [(k - 20, {"id": k, "tags": ["a"] * (k % 3)}) for k in range(ROWS)]
+    assert _stored(tmp_path / "copy") == [(k - 20, {"id": k, "tags": ["a"] * (k % 3)}) for k in range(ROWS)]
     with pytest.raises(Exception, match=r"(?s)field 'meta'.*sample 0.*not JSON text"):
         write_dataset(ray.data.from_items([{"meta": "hello"}]), tmp_path / "bad", {"meta": JSONField()},
                       json_text=True)
