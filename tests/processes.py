@@ -1,9 +1,10 @@
-"""Helpers for tests that watch other processes and servers: whether a process lives, waiting for a condition,
-and an S3 store (moto's server on loopback)."""
+"""Helpers for tests that watch other processes, threads and servers: whether a process lives, waiting for a
+condition, the error a call raises within a time limit, and an S3 store (moto's server on loopback)."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,26 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def refusal(call: Callable[[], object], timeout: float = 30.0) -> BaseException:
+    """The error ``call()`` raises, run in a daemon thread (one that hangs does not keep the test process alive);
+    fails the test where it is still running after ``timeout`` seconds (it opened a FIFO, say) or raised nothing."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert outcome, f"still running after {timeout} s: it waits on something (a FIFO opened as a file?)"
+    assert outcome[0] is not None, "nothing was raised"
+    return outcome[0]
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
 import pytest
 from hypothesis import example, given, settings
@@ -22,6 +21,7 @@ from beton.storage.reader import read_head
 from beton.dataset.shards import dataset_manifest
 
 from manifest_entries import EVERYWHERE, LOCAL, REMOTE, hostile_manifest, make_sandbox
+from processes import refusal
 
 
 FIELDS_JSON = [{"name": "label", "type": "beton.IntField", "arguments": {}, "metadata_dtype": "<i8",
@@ -42,25 +42,6 @@ def servers(sandbox):
 
     with RangeServer(os.path.dirname(sandbox["data"])) as here, RangeServer(sandbox["outside"]) as other:
         yield here, other
-
-
-def refusal(call, timeout: float = 30.0) -> BaseException:
-    """The error ``call()`` raises, in a thread: a call still running after ``timeout`` opened the FIFO."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-            outcome.append(None)
-        except BaseException as error:  # noqa: BLE001 - handed to the test
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), "the read hangs: it opened the FIFO the entry names"
-    assert outcome[0] is not None, "the hostile entry was accepted"
-    return outcome[0]
 
 
 def entry_of(path: str, listed_as: str) -> dict:

@@ -4,7 +4,6 @@ an archive holds would make ``open()`` wait forever, a device would never end.""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
@@ -18,27 +17,9 @@ from beton.errors import BetonError
 from beton.fields import BytesField, IntField
 
 from conftest import write
+from processes import refusal
 
 FIELDS = {"label": IntField(), "blob": BytesField()}
-
-
-def outcome(action) -> BaseException | None:
-    """What ``action()`` raised (None if nothing); fails the test where it has not returned within 20 s (a daemon
-    thread: a hung open does not keep the test process alive)."""
-    result: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            action()
-            result.append(None)
-        except BaseException as error:  # noqa: BLE001 - handed to the test
-            result.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(20)
-    assert result, "still waiting after 20 s (a FIFO opened as a file?)"
-    return result[0]
 
 
 def fifo_in_place_of(path) -> None:
@@ -62,7 +43,7 @@ def test_a_fifo_or_a_device_named_as_a_dataset_file_is_refused_without_waiting(t
     os.mkfifo(fifo)
     for path, kind in [(fifo, "a FIFO"), ("/dev/zero", "a character device")]:
         for action in (lambda: beton.Reader(path), lambda: epoch(path)):
-            error = outcome(action)
+            error = refusal(action, timeout=20)
             assert isinstance(error, BetonError) and f"is {kind}, not a file a dataset can be read from" in str(error)
             assert error.path == str(path)
 
@@ -73,13 +54,13 @@ def test_a_shard_replaced_by_a_fifo_is_refused_without_waiting(tmp_path, shards,
     manifest = tmp_path / "data.json"
     if tables_file:  # the shards' tables come from the tables file: the FIFO is met when the epoch reaches it
         index(str(manifest), shards)
+        assert read_manifest(str(manifest)).tables is not None
     else:  # the shards' tables are read from each shard when the dataset opens
         dataset_manifest(shards).write(str(manifest))
-    assert read_manifest(str(manifest)).tables is not None if tables_file else True
     fifo_in_place_of(shards[1])
     pipelines = {"label": [IntDecoder()], "blob": None} if labels_only else \
         {"label": [IntDecoder()], "blob": [BytesDecoder()]}
-    error = outcome(lambda: epoch(manifest, pipelines))
+    error = refusal(lambda: epoch(manifest, pipelines), timeout=20)
     assert isinstance(error, BetonError) and "FIFO" in str(error) and error.path == shards[1]
 
 
@@ -88,8 +69,8 @@ def test_a_fifo_as_the_manifest_or_its_tables_file_is_refused_without_waiting(tm
     index(str(manifest), shards)
     tables = read_manifest(str(manifest)).tables.location
     fifo_in_place_of(tables)
-    error = outcome(lambda: epoch(manifest))
+    error = refusal(lambda: epoch(manifest), timeout=20)
     assert isinstance(error, BetonError) and "is a FIFO" in str(error) and error.path == tables
     fifo_in_place_of(manifest)
-    error = outcome(lambda: epoch(manifest))
+    error = refusal(lambda: epoch(manifest), timeout=20)
     assert isinstance(error, BetonError) and "is a FIFO" in str(error) and error.path == str(manifest)
