@@ -444,12 +444,12 @@ def _first_shard(manifest: Manifest, header: np.void, metadata: Mapping[str, obj
     table in the tables file's metadata (the table its header's CRC32 names)."""
     raw_header = header.tobytes()
     header = read_header(np.frombuffer(raw_header, np.uint8))
-    listed = manifest.shards[0]
-    if header_digest(raw_header) != listed.header_sha256 or int(header["num_samples"]) != listed.num_samples:
-        # the shard itself was not read: the tables file is the one that disagrees with the manifest
+    try:
+        manifest.check_head(0, raw_header, int(header["num_samples"]))  # the manifest pins it
+    except ShardError:  # the shard itself was not read: the tables file is the one that disagrees with the manifest
         raise ShardError("the tables file holds another header for shard 0 than the manifest lists (its SHA-256 or "
                          "sample count differs: the tables file is another index's, or either changed; run "
-                         "`beton index` again)")
+                         "`beton index` again)") from None
     try:
         field_table = bytes.fromhex(str(metadata.get("first_field_table")))
     except ValueError:
