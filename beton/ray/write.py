@@ -84,7 +84,8 @@ class BetonDatasink(Datasink):
         json_text: a ``JSONField`` column's strings are each value's JSON text (``json.dumps``; what
             :func:`~beton.ray.read_beton` gives), parsed before they are stored; without it a string is stored as a
             JSON string. (JSON values as Python dicts and lists reach the sink as Arrow holds them, which may have
-            merged the rows' types: a column holding a null or a whole-number float is refused, with this fix.)
+            merged the rows' types: a column holding a null or a whole-number float is refused, and JSON text with
+            ``json_text=True`` stores it exactly.)
 
     After ``ds.write_datasink(sink)``, ``sink.manifest`` is the :class:`~beton.dataset.manifest.Manifest` written.
     """
