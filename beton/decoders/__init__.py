@@ -4,7 +4,7 @@
 variable-length arrays into bounded padded batches, and :mod:`~beton.decoders.boxes` bounding boxes that move
 with their image; :mod:`~beton.decoders.rgb_image` decodes
 images, with the crop geometry of :mod:`~beton.decoders.image_crops` and the partial JPEG decoding of
-:mod:`~beton.decoders.jpeg_rows`. Decoders sit below the fields: a field names its default decoder
+:mod:`~beton.decoders.jpeg_regions`. Decoders sit below the fields: a field names its default decoder
 (:meth:`beton.fields.Field.default_pipeline`), so a decoder recognises the field it reads by the record it
 stores, not by importing the field's class.
 """

@@ -8,7 +8,7 @@ the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is 
 resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
 Decoding writes into a per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory
 is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only down to the
-crop's bottom edge (:mod:`beton.decoders.jpeg_rows`): the same pixels, fewer rows decoded.
+crop's bottom edge (:mod:`beton.decoders.jpeg_regions`): the same pixels, fewer rows decoded.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
 libjpeg-turbo's box filter instead of its triangle filter: cheaper, slightly less accurate, which augmented
@@ -35,7 +35,8 @@ from beton.codecs.lossless import decode_lossless_region
 from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
 from beton.decoders.image_crops import center_crop, random_resized_crop
-from beton.decoders.jpeg_rows import decode_rows, frame_size, rows_to_decode, sequential_frame
+from beton.decoders.jpeg_regions import (JpegLayout, decode_rows, decode_window, frame_size, jpeg_layout,
+                                         restart_window, rows_to_decode)
 from beton.decoders.subpixel import shift_into
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, State
 
@@ -191,60 +192,84 @@ class _CropDecoder(_ScanReader):
     def decoded_crop(self, payload: np.ndarray, shape: tuple[int, int, int], crop: tuple[int, int, int, int],
                      out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]
                      ) -> tuple[np.ndarray, tuple[float, float, float, float]]:
-        """A JPEG decoded for a crop, before the resize: at the smallest sufficient DCT scale, rows below the
-        crop left out (unless ``decode_whole``), with this decoder's settings; and the crop in its pixels.
+        """A JPEG decoded for a crop, before the resize: at the smallest sufficient DCT scale, only the restart
+        segments the crop touches, or else the rows above its bottom (unless ``decode_whole``), with this
+        decoder's settings; and the crop in its pixels.
 
         ``shape``: the stored image's (height, width, channels); ``crop``: (top, left, height, width) from
         :meth:`crop`; ``out_shape``: the output's shape; ``scratch(nbytes, purpose="default")``: reusable
-        uint8 buffers (a slot's :class:`~beton.pipeline.operation.Scratch`). Returns the decoded rows (a view
+        uint8 buffers (a slot's :class:`~beton.pipeline.operation.Scratch`). Returns the decoded pixels (a view
         into them) and the crop in their pixels, divided by the DCT factor and so possibly fractional: pass both
         to :func:`resize_into`. Public so that the benchmark suite times exactly this decode as the limit of
         beton's approach.
         """
         top, left, crop_height, crop_width = crop
         factor = choose_dct_factor(crop_height, crop_width, out_shape[0], out_shape[1])
-        # a crop that starts between decoded rows is shifted onto them, which reads the row below its hull
-        bottom = None if self.decode_whole else top + crop_height + (factor if top % factor else 0)
-        image = _decode_scaled(payload, shape, factor, self.fast_upsample, bottom, scratch)
-        return image, (top / factor, left / factor, crop_height / factor, crop_width / factor)
+        # a crop that starts between decoded pixels is shifted onto them, which reads the pixel past its hull
+        region = None if self.decode_whole else (
+            top - top % factor, top + crop_height + (factor if top % factor else 0),
+            left - left % factor, left + crop_width + (factor if left % factor else 0))
+        image, origin_top, origin_left = _decode_scaled(payload, shape, factor, self.fast_upsample, region, scratch)
+        return image, ((top - origin_top) / factor, (left - origin_left) / factor, crop_height / factor,
+                       crop_width / factor)
 
 
 def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int, fast_upsample: bool,
-                   bottom: int | None, scratch: Callable[..., np.ndarray]) -> np.ndarray:
-    """Decode at 1/``factor`` (DCT scaling) into the slot's scratch: the whole image, or with ``bottom`` (a row
-    of the image) only the rows above it, where the JPEG allows (see :mod:`beton.decoders.jpeg_rows`).
+                   region: tuple[int, int, int, int] | None, scratch: Callable[..., np.ndarray]
+                   ) -> tuple[np.ndarray, int, int]:
+    """Decode at 1/``factor`` (DCT scaling) into the slot's scratch: the whole image, or with ``region`` (top,
+    bottom, left, right in image pixels) as little more of it as the JPEG allows (see
+    :mod:`beton.decoders.jpeg_regions`). Returns the decoded pixels and the image pixel at their top left corner
+    (a multiple of ``factor``).
 
     Decoded pixel j covers the image's pixels [j factor, (j + 1) factor): libjpeg-turbo scales each 8x8 block
     to an (8 / factor)-pixel block, so the scale is exactly 1 / factor, edges included.
     """
     height, width, channels = shape
-    # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
-    scaled_height, scaled_width = -(-height // factor), -(-width // factor)
-    options = {"colorspace": JPEG_COLORSPACES[channels], "min_width": scaled_width, "min_factor": factor,
-               "fastupsample": fast_upsample}
+    options = {"colorspace": JPEG_COLORSPACES[channels], "min_factor": factor, "fastupsample": fast_upsample}
     try:
-        frame = sequential_frame(payload) if bottom is not None else None
-        rows = height
+        layout = jpeg_layout(payload) if region is not None else None
         # the JPEG's own size first: buffers are sized from the data table, which it must not contradict
-        frame_height, frame_width = frame_size(payload, frame[0]) if frame is not None else \
+        frame_height, frame_width = frame_size(payload, layout.frame) if layout is not None else \
             simplejpeg.decode_jpeg_header(payload)[:2]
         if (frame_height, frame_width) != (height, width):
             raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
                              f"{width}x{height}")
-        if frame is not None:
-            scaled_bottom = min(scaled_height, -(-bottom // factor))  # the last decoded row the crop touches
-            rows = rows_to_decode(scaled_bottom * factor, height, frame[1], not fast_upsample)
-        decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
-        image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
-        if rows == height:
-            decoded = simplejpeg.decode_jpeg(payload, buffer=image, min_height=scaled_height, **options)
-            if decoded.shape[:2] != image.shape[:2]:
-                raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]}, expected "
-                                 f"{scaled_width}x{scaled_height} (the data table says {width}x{height})")
-        else:
-            decode_rows(payload, frame[0], rows, lambda nbytes: scratch(nbytes, "rows"), image, **options)
+        if layout is None:
+            return _decode_rows(payload, layout, shape, factor, None, options, scratch), 0, 0
+        window = restart_window(layout, height, width, region, exact_upsampling=not fast_upsample)
+        if window is not None:
+            image = scratch(-(-window.height // factor) * -(-window.width // factor) * channels).reshape(
+                -(-window.height // factor), -(-window.width // factor), channels)
+            if decode_window(payload, layout, window, lambda nbytes: scratch(nbytes, "window"), image,
+                             min_width=image.shape[1], **options):
+                return image, window.top, window.left
+        return _decode_rows(payload, layout, shape, factor, region[1], options, scratch), 0, 0
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
+
+
+def _decode_rows(payload: np.ndarray, layout: JpegLayout | None, shape: tuple[int, int, int], factor: int,
+                 bottom: int | None, options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
+    """Decode at 1/``factor`` the whole image, or with ``layout`` and ``bottom`` only its rows above ``bottom``."""
+    height, width, channels = shape
+    # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
+    scaled_height, scaled_width = -(-height // factor), -(-width // factor)
+    rows = height
+    if layout is not None and bottom is not None:
+        scaled_bottom = min(scaled_height, -(-bottom // factor))  # the last decoded row the crop touches
+        rows = rows_to_decode(scaled_bottom * factor, height, layout.mcu_height, not options["fastupsample"])
+    decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
+    image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
+    if rows == height:
+        decoded = simplejpeg.decode_jpeg(payload, buffer=image, min_height=scaled_height, min_width=scaled_width,
+                                         **options)
+        if decoded.shape[:2] != image.shape[:2]:
+            raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]}, expected "
+                             f"{scaled_width}x{scaled_height} (the data table says {width}x{height})")
+    else:
+        decode_rows(payload, layout.frame, rows, lambda nbytes: scratch(nbytes, "rows"), image,
+                    min_width=scaled_width, **options)
     return image
 
 

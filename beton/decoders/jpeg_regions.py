@@ -1,0 +1,270 @@
+"""Decoding only the part of a JPEG a crop needs: the restart segments it touches, or the rows above its bottom.
+
+**Restart segments.** A sequential JPEG whose restart interval divides its MCU rows into whole segments (or
+spans whole MCU rows) is a grid of independently coded rectangles: each segment starts at a restart marker,
+byte-aligned, with its DC predictions reset. The segments a crop touches, joined by renumbered restart markers
+behind the original header whose frame size is set to their rectangle's, form a valid JPEG of that rectangle,
+and libjpeg-turbo decodes it to exactly the pixels a full decode gives there: the same coefficients, the same
+inverse DCT per block. Only chroma upsampling looks across blocks: libjpeg's box filter (``fastupsample``)
+looks at nothing outside its MCU, its triangle filter at the neighbouring MCU, so with smooth upsampling the
+rectangle takes one more segment on each side. beton's writer adds such markers to the JPEGs it stores
+(:mod:`beton.codecs.jpeg_restarts`), losslessly.
+
+**Rows above the bottom.** Any one-scan sequential JPEG codes its MCU rows top to bottom, so the rows above a
+line never depend on the data below it. simplejpeg cannot be told to stop early, but libjpeg-turbo stops where
+the frame header says the image ends: in a copy of the payload whose SOF height is lowered to a whole number of
+MCU rows, the rows above are decoded exactly as in the full image, and the rows below are neither
+Huffman-decoded nor transformed. libjpeg-turbo then skips the unread entropy data to the next marker and
+reports it as a warning ("N extraneous bytes before marker"); simplejpeg's strict mode raises that warning as a
+ValueError *after* the rows were written into our buffer, so :func:`decode_rows` accepts exactly that warning
+and keeps every other one an error (damaged data inside the decoded rows still raises, as in a full decode).
+
+What each saves is in docs/images.md ("Only the part of the JPEG the crop needs"). Progressive JPEGs (every
+scan covers the whole image) and multi-scan sequential ones are decoded whole.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numba
+import numpy as np
+import simplejpeg
+
+__all__ = ["JpegLayout", "jpeg_layout", "frame_size", "rows_to_decode", "decode_rows", "restart_window",
+           "decode_window"]
+
+_SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
+
+
+class JpegLayout(NamedTuple):
+    """Where a one-scan sequential JPEG's parts are, from its header."""
+
+    frame: int  #: offset of the SOF marker
+    mcu_height: int  #: pixels
+    mcu_width: int  #: pixels
+    restart_interval: int  #: MCUs per restart segment (0: none)
+    scan_start: int  #: offset of the first entropy-coded byte, after the SOS header
+
+
+@numba.njit(cache=True)  # keeps the GIL: a microsecond's work, see beton.decoders.image_crops
+def _frame_layout(payload: np.ndarray) -> tuple[int, int, int, int, int]:
+    """(SOF offset, MCU height, MCU width, restart interval, scan start) of a one-scan sequential JPEG, else
+    (-1, 0, 0, 0, 0).
+
+    Walks the marker segments up to the first SOS; one scan holding every component of a sequential frame is
+    the whole image (a sequential JPEG may instead send each component in a scan of its own).
+    """
+    size = payload.size
+    if size < 4 or payload[0] != 0xFF or payload[1] != 0xD8:
+        return -1, 0, 0, 0, 0
+    position, frame, components, mcu_height, mcu_width, interval = 2, -1, 0, 0, 0, 0
+    while position + 4 <= size:
+        if payload[position] != 0xFF:
+            return -1, 0, 0, 0, 0
+        marker = payload[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # parameterless markers
+            position += 2
+            continue
+        length = (np.int64(payload[position + 2]) << 8) | np.int64(payload[position + 3])
+        if length < 2:
+            return -1, 0, 0, 0, 0
+        # SOF markers: 0xC0-0xCF but DHT (C4), JPG (C8) and DAC (CC); only C0/C1 are sequential Huffman
+        if 0xC0 <= marker <= 0xCF and marker != 0xC4 and marker != 0xC8 and marker != 0xCC:
+            if frame >= 0 or (marker != 0xC0 and marker != 0xC1) or position + 10 > size:
+                return -1, 0, 0, 0, 0  # progressive, lossless, arithmetic-coded, or a second frame
+            components = np.int64(payload[position + 9])
+            if components < 1 or position + 10 + 3 * components > size:
+                return -1, 0, 0, 0, 0
+            tallest, widest = 1, 1
+            for component in range(components):
+                sampling = np.int64(payload[position + 11 + 3 * component])
+                tallest, widest = max(tallest, sampling & 0x0F), max(widest, sampling >> 4)
+            frame = position
+            # one component: each MCU is one block, whatever sampling factors the header declares
+            mcu_height, mcu_width = (8 * tallest, 8 * widest) if components > 1 else (8, 8)
+        elif marker == 0xDD:  # DRI
+            if length != 4 or position + 6 > size:
+                return -1, 0, 0, 0, 0
+            interval = (np.int64(payload[position + 4]) << 8) | np.int64(payload[position + 5])
+        elif marker == 0xDA:  # SOS
+            if frame < 0 or position + 5 > size or np.int64(payload[position + 4]) != components \
+                    or position + 2 + length > size:
+                return -1, 0, 0, 0, 0
+            return frame, mcu_height, mcu_width, interval, position + 2 + length
+        position += 2 + length
+    return -1, 0, 0, 0, 0
+
+
+def jpeg_layout(payload: np.ndarray) -> JpegLayout | None:
+    """The layout of ``payload`` when parts of it can be decoded alone (a one-scan sequential JPEG); else None."""
+    layout = _frame_layout(payload)
+    return None if layout[0] < 0 else JpegLayout(*(int(value) for value in layout))
+
+
+def frame_size(payload: np.ndarray, frame: int) -> tuple[int, int]:
+    """(height, width) written in the frame header at ``frame`` (16-bit big-endian fields)."""
+    return (int(payload[frame + 5]) << 8 | int(payload[frame + 6]),
+            int(payload[frame + 7]) << 8 | int(payload[frame + 8]))
+
+
+def rows_to_decode(bottom: int, height: int, mcu_height: int, exact_upsampling: bool) -> int:
+    """Image rows to decode so that rows ``[0, bottom)`` come out exactly as in a full decode.
+
+    Whole MCU rows; with libjpeg's smooth (triangle) chroma upsampling one MCU row more, because each row's
+    chroma is interpolated with the next MCU row's (the box filter of ``fastupsample`` looks at nothing below).
+    """
+    rows = -(-bottom // mcu_height) * mcu_height + (mcu_height if exact_upsampling else 0)
+    return min(rows, height)
+
+
+def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[int], np.ndarray],
+                output: np.ndarray, **decode_options) -> None:
+    """Decode the top ``rows`` rows of ``payload`` (a sequential JPEG, SOF at ``frame``) into ``output``.
+
+    ``buffer(nbytes)`` gives a reusable array to copy the payload into (the stored bytes stay untouched);
+    ``output`` must have exactly the shape the shortened frame decodes to (its height sets ``min_height``; pass
+    the other ``simplejpeg.decode_jpeg`` options). Raises ValueError, like ``simplejpeg.decode_jpeg``, for any
+    problem but the expected report of the skipped data.
+    """
+    copy = buffer(payload.size)
+    copy[:] = payload
+    copy[frame + 5] = rows >> 8  # the frame's height field: 16 bits, big-endian
+    copy[frame + 6] = rows & 0xFF
+    try:
+        simplejpeg.decode_jpeg(copy, buffer=output, min_height=output.shape[0], **decode_options)
+    except ValueError as error:
+        if _SKIPPED_DATA not in str(error):
+            raise
+
+
+class RestartWindow(NamedTuple):
+    """A rectangle of whole restart segments: segment rows [row0, row1), columns [column0, column1) of a grid
+    ``columns`` segments wide and ``segments`` long in all; (top, left, height, width) its pixels in the image."""
+
+    row0: int
+    row1: int
+    column0: int
+    column1: int
+    columns: int
+    segments: int
+    top: int
+    left: int
+    height: int
+    width: int
+
+
+def restart_window(layout: JpegLayout, height: int, width: int, region: tuple[int, int, int, int],
+                   exact_upsampling: bool) -> RestartWindow | None:
+    """The smallest rectangle of restart segments whose decode holds the pixels of ``region`` (top, bottom,
+    left, right; image pixels, ends excluded) exactly as a full decode does; None if the JPEG's restart
+    segments do not tile it, or if the rectangle is the whole image.
+
+    With ``exact_upsampling`` (libjpeg's triangle filter) the rectangle takes one more segment on each side.
+    A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg picks the largest DCT scale
+    whose output is at least the size asked for, and 8 pixels or fewer decode to the same size at two scales.
+    """
+    interval = layout.restart_interval
+    per_row = -(-width // layout.mcu_width)
+    if interval <= 0:
+        return None
+    if per_row % interval == 0:  # several segments in each MCU row
+        unit_height, unit_width, columns = layout.mcu_height, interval * layout.mcu_width, per_row // interval
+    elif interval % per_row == 0:  # each segment whole MCU rows
+        unit_height, unit_width, columns = interval // per_row * layout.mcu_height, width, 1
+    else:
+        return None
+    rows = -(-height // unit_height)
+    top, bottom, left, right = region
+    row0, row1 = top // unit_height, min(rows, -(-bottom // unit_height))
+    column0, column1 = left // unit_width, min(columns, -(-right // unit_width))
+    margin = 1 if exact_upsampling else 0
+    row0, row1 = _widened(max(0, row0 - margin), min(rows, row1 + margin), rows, unit_height, height)
+    column0, column1 = _widened(max(0, column0 - margin), min(columns, column1 + margin), columns, unit_width,
+                                width)
+    if (row0, row1, column0, column1) == (0, rows, 0, columns):
+        return None
+    top, left = row0 * unit_height, column0 * unit_width
+    segments = -(-(-(-height // layout.mcu_height) * per_row) // interval)
+    return RestartWindow(row0, row1, column0, column1, columns, segments, top, left,
+                         min(height, row1 * unit_height) - top, min(width, column1 * unit_width) - left)
+
+
+def _widened(first: int, end: int, count: int, unit: int, size: int) -> tuple[int, int]:
+    """Units [first, end) grown by one at a time, inward first, until they span over 8 pixels or all ``count``."""
+    while min(size, end * unit) - first * unit <= 8 and (first > 0 or end < count):
+        if first > 0:
+            first -= 1
+        else:
+            end += 1
+    return first, end
+
+
+@numba.njit(nogil=True, cache=True)
+def _splice(payload, scan_start, frame, row0, row1, column0, column1, columns, segments, height, width, out):
+    """Write into ``out`` the JPEG of the window's segments (see the module docstring); its length, or -1 if
+    the entropy-coded data is not ``segments`` segments ended by restart markers numbered in sequence, or
+    ``out`` is too small. Reads no further than the window's last segment."""
+    size = payload.size
+    if scan_start > out.size or frame + 9 > scan_start:
+        return -1
+    out[:scan_start] = payload[:scan_start]
+    out[frame + 5], out[frame + 6] = height >> 8, height & 0xFF  # the frame header's 16-bit height, width
+    out[frame + 7], out[frame + 8] = width >> 8, width & 0xFF
+    last = (row1 - 1) * columns + column1 - 1
+    written, position, start = scan_start, scan_start, scan_start
+    restarts = 0  # markers written
+    for segment in range(last + 1):
+        while True:  # to the marker that ends this segment: 0xFF but a stuffed 0 or a fill byte
+            if position + 1 >= size:
+                return -1
+            if payload[position] == 0xFF:
+                following = payload[position + 1]
+                if following == 0xFF:
+                    position += 1
+                    continue
+                if following != 0:
+                    break
+            position += 1
+        following = payload[position + 1]
+        if segment == segments - 1:
+            if 0xD0 <= following <= 0xD7:
+                return -1  # more segments than the frame holds
+        elif following != 0xD0 + (segment & 7):
+            return -1  # ended early, or restart markers out of sequence
+        row, column = segment // columns, segment % columns
+        if row0 <= row < row1 and column0 <= column < column1:
+            length = position - start
+            if written + length + 2 > out.size:
+                return -1
+            out[written : written + length] = payload[start:position]
+            written += length
+            out[written] = 0xFF
+            out[written + 1] = 0xD9 if segment == last else 0xD0 + (restarts & 7)  # EOI after the last
+            written += 2
+            restarts += 1
+        position += 2
+        start = position
+    return written
+
+
+def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow,
+                  buffer: Callable[[int], np.ndarray], output: np.ndarray, **decode_options) -> bool:
+    """Decode ``window`` of ``payload`` into ``output``, whose shape must be the window's at the DCT scale asked
+    for (its height sets ``min_height``; pass the other ``simplejpeg.decode_jpeg`` options); False, with
+    nothing decoded, if the payload's restart segments are not what its header says. ``buffer(nbytes)`` gives
+    a reusable array for the spliced JPEG. Raises ValueError, like ``simplejpeg.decode_jpeg``."""
+    selected = (window.row1 - window.row0) * (window.column1 - window.column0)
+    spliced = buffer(payload.size + 2 * selected + 2)
+    length = _splice(payload, layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
+                     window.column1, window.columns, window.segments, window.height, window.width, spliced)
+    if length < 0:
+        return False
+    decoded = simplejpeg.decode_jpeg(spliced[:length], buffer=output, min_height=output.shape[0], **decode_options)
+    if decoded.shape[:2] != output.shape[:2]:
+        raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]} of a {window.width}x{window.height} "
+                         f"window, expected {output.shape[1]}x{output.shape[0]}")
+    return True

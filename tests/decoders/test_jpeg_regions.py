@@ -1,0 +1,287 @@
+"""Decoding only the rows above a crop's bottom (beton.decoders.jpeg_regions): exact, and errors still reach the user."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import simplejpeg
+from hypothesis import example, given, strategies as st
+
+from beton import Loader
+from beton.errors import DecodeError
+from beton.fields import IntField, RGBImageField
+from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
+from beton.decoders.rgb_image import resize_into
+from beton.decoders.jpeg_regions import decode_rows, decode_window, jpeg_layout, restart_window, rows_to_decode
+from beton.tools.sample_photos import photo_crop
+from beton.transforms import ToTensor
+
+from conftest import write
+
+
+def encoded(kind: str, height: int, width: int, seed: int = 0) -> tuple[bytes, int]:
+    """A photo JPEG of one of the layouts libjpeg-turbo decodes differently, and its channel count."""
+    pixels = photo_crop(seed, height, width)
+    if kind == "gray":
+        return simplejpeg.encode_jpeg(np.ascontiguousarray(pixels[..., :1]), quality=90, colorspace="GRAY"), 1
+    if kind == "restart":  # restart markers every 3 MCUs: the skipped data holds markers
+        return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_RST_INTERVAL, 3])[1].tobytes(), 3
+    if kind.startswith("segments"):  # restart segments that tile the image: its MCU rows cut in a few parts
+        per_row = -(-width // 16)
+        interval = per_row * 2 if kind == "segments-rows" else min(d for d in (2, 3, 5, 7, per_row) if per_row % d == 0)
+        return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_RST_INTERVAL, interval])[1].tobytes(), 3
+    if kind == "progressive":
+        return cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes(), 3
+    return simplejpeg.encode_jpeg(pixels, quality=90, colorsubsampling=kind), 3
+
+
+SEQUENTIAL = ("420", "422", "444", "440", "gray", "restart", "segments", "segments-rows")
+
+
+@pytest.mark.parametrize("kind", SEQUENTIAL)
+@given(height=st.integers(9, 300), width=st.integers(1, 300), factor=st.sampled_from([1, 2, 4, 8]),
+       fast=st.booleans(), bottom=st.floats(0, 1))
+def test_the_rows_above_the_bottom_are_those_of_a_full_decode(kind, height, width, factor, fast, bottom):
+    data, channels = encoded(kind, height, width, seed=height + width)
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    assert layout is not None
+    options = {"colorspace": "GRAY" if channels == 1 else "RGB", "min_width": -(-width // factor),
+               "min_factor": factor, "fastupsample": fast}
+    full = simplejpeg.decode_jpeg(data, min_height=-(-height // factor), **options).reshape(-1, options["min_width"],
+                                                                                           channels)
+    needed = max(1, round(bottom * full.shape[0]))  # rows of the scaled image the crop needs
+    rows = rows_to_decode(needed * factor, height, layout.mcu_height, exact_upsampling=not fast)
+    assert rows % layout.mcu_height == 0 or rows == height
+    if rows == height:
+        return  # nothing to cut: the decoder decodes the payload as it is
+    out = np.empty((rows // factor, full.shape[1], channels), np.uint8)
+    decode_rows(payload, layout.frame, rows, lambda nbytes: np.empty(nbytes, np.uint8), out, **options)
+    np.testing.assert_array_equal(out[:needed], full[:needed])
+    assert bytes(payload) == data  # the stored bytes are not touched
+
+
+def test_smooth_upsampling_needs_the_extra_mcu_row():
+    """Without the margin, the last rows differ: the margin in rows_to_decode is not decoration."""
+    data, _ = encoded("420", 200, 150)
+    payload = np.frombuffer(data, np.uint8)
+    offset, mcu = jpeg_layout(payload)[:2]
+    full = simplejpeg.decode_jpeg(data)
+    out = np.empty((64, 150, 3), np.uint8)
+    decode_rows(payload, offset, 64, lambda n: np.empty(n, np.uint8), out, colorspace="RGB", min_width=150)
+    assert not np.array_equal(out, full[:64])  # the bottom row's chroma has no row below to blend with
+    np.testing.assert_array_equal(out[:48], full[:48])
+    assert rows_to_decode(64, 200, mcu, exact_upsampling=True) == 80
+    assert rows_to_decode(64, 200, mcu, exact_upsampling=False) == 64
+    assert rows_to_decode(199, 200, mcu, exact_upsampling=False) == 200
+
+
+def test_progressive_and_foreign_bytes_are_decoded_whole():
+    assert jpeg_layout(np.frombuffer(encoded("progressive", 64, 64)[0], np.uint8)) is None
+    assert jpeg_layout(np.frombuffer(b"not a jpeg at all", np.uint8)) is None
+    assert jpeg_layout(np.zeros(0, np.uint8)) is None
+
+
+@given(st.binary(max_size=300), st.integers(0, 2000))
+def test_the_marker_walk_never_reads_past_the_payload(noise, cut):
+    data, _ = encoded("420", 40, 40)
+    for candidate in (noise, b"\xff\xd8" + noise, data[:cut], data[:cut] + noise):
+        result = jpeg_layout(np.frombuffer(candidate, np.uint8))
+        assert result is None or (0 < result.frame < result.scan_start <= len(candidate)
+                                  and result.mcu_height % 8 == 0 and result.mcu_width % 8 == 0)
+
+
+@pytest.fixture(scope="module")
+def layouts_file(tmp_path_factory):
+    """Every layout, portrait and landscape, odd sizes; progressive ones are decoded whole."""
+    samples = []
+    for i, kind in enumerate([*SEQUENTIAL, "progressive"] * 4):
+        height, width = (97 + 31 * i, 71 + 17 * (i % 5)) if i % 2 else (71 + 17 * (i % 5), 97 + 31 * i)
+        data, channels = encoded(kind, height, width, seed=i)
+        if channels == 3:
+            samples.append((data, i))
+    return write(tmp_path_factory.mktemp("rows") / "layouts.beton",
+                 {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, samples)
+
+
+@pytest.mark.parametrize("decoder", [RandomResizedCropRGBImageDecoder, CenterCropRGBImageDecoder])
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("size", [24, 60])  # 24: DCT-scaled decodes; 60: mostly full scale
+def test_loader_batches_equal_those_of_whole_decodes(layouts_file, decoder, fast, size):
+    def batches(whole):
+        image = [decoder((size, size), fast_upsample=fast, decode_whole=whole), ToTensor()]
+        with Loader(layouts_file, batch_size=7, num_workers=2, seed=11, copy=True,
+                    pipelines={"image": image}) as loader:
+            return [b.numpy() for epoch in range(2) for b, _ in loader]
+
+    for cut, whole in zip(batches(False), batches(True)):
+        np.testing.assert_array_equal(cut, whole)
+
+
+def test_damaged_jpegs_raise_where_the_decoded_rows_reach_the_damage(tmp_path):
+    data, _ = encoded("420", 256, 96)
+    scan = data.index(b"\xff\xda")
+    header_end = scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big")
+    early, late = bytearray(data), bytearray(data)
+    early[header_end + 40 : header_end + 240] = b"\xff\x13" * 100  # the first rows' entropy data destroyed
+    late[-400:-200] = bytes(200)  # the last rows' zeroed (no marker bytes; the EOI marker stays)
+    truncated = data[: len(data) * 9 // 10]  # the end missing, as from a broken download
+    path = write(tmp_path / "damaged.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+                 [(data, 0), (bytes(early), 1), (bytes(late), 2), (truncated, 3)])
+    top = RandomResizedCropRGBImageDecoder((16, 16), scale=(0.05, 0.05), ratio=(1, 1))  # ~35 px near the top
+
+    def read(sample, decoder):
+        with Loader(path, batch_size=1, num_workers=1, seed=0, indices=[sample],
+                    pipelines={"image": [decoder, ToTensor()]}) as loader:
+            return next(iter(loader))[0]
+
+    assert read(0, top).shape == (1, 16, 16, 3)
+    for sample in (1, 3):  # damage inside the decoded rows; a missing end is found while skipping to it
+        with pytest.raises(DecodeError) as caught:
+            read(sample, top)
+        assert caught.value.sample == sample and caught.value.field == "image"
+    # Damage below the crop is not decoded, so not seen (documented); decode_whole=True checks every byte
+    assert read(2, top).shape == (1, 16, 16, 3)
+    with pytest.raises(DecodeError, match="sample 2"):
+        read(2, RandomResizedCropRGBImageDecoder((16, 16), scale=(0.05, 0.05), ratio=(1, 1), decode_whole=True))
+
+
+@given(height=st.integers(1, 700), width=st.integers(1, 700), factor=st.sampled_from([1, 2, 4, 8]))
+def test_libjpeg_scales_to_the_ceiling_of_size_over_factor(height, width, factor):
+    """The crop decoders size their buffers by this rule instead of parsing each header."""
+    data = simplejpeg.encode_jpeg(np.zeros((height, width, 3), np.uint8), quality=50)
+    scaled = simplejpeg.decode_jpeg_header(data, min_height=-(-height // factor), min_width=-(-width // factor),
+                                           min_factor=factor)[:2]
+    assert scaled == (-(-height // factor), -(-width // factor))
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_frame_that_disagrees_with_the_data_table_raises(tmp_path, whole):
+    data, _ = encoded("420", 120, 90)
+    path = write(tmp_path / "lies.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+                 [(data, 0)])
+    frame = jpeg_layout(np.frombuffer(data, np.uint8)).frame
+    content = bytearray(path.read_bytes())
+    at = content.index(data[frame : frame + 10])
+    content[at + 7 : at + 9] = (60).to_bytes(2, "big")  # the stored JPEG now says 60 px wide
+    path.write_bytes(bytes(content))
+    decoder = RandomResizedCropRGBImageDecoder((16, 16), decode_whole=whole)
+    with Loader(path, batch_size=1, pipelines={"image": [decoder, ToTensor()]}) as loader:
+        with pytest.raises(DecodeError, match="sample 0"):
+            next(iter(loader))
+
+
+@pytest.mark.parametrize("kind", ["segments", "segments-rows"])
+@given(height=st.integers(1, 300), width=st.integers(1, 300), factor=st.sampled_from([1, 2, 4, 8]),
+       fast=st.booleans(), corners=st.lists(st.floats(0, 1), min_size=4, max_size=4))
+def test_a_window_of_restart_segments_decodes_as_the_full_image_there(kind, height, width, factor, fast, corners):
+    data, _ = encoded(kind, height, width, seed=height * width)
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    options = {"colorspace": "RGB", "min_factor": factor, "fastupsample": fast}
+    full = simplejpeg.decode_jpeg(data, min_height=-(-height // factor), min_width=-(-width // factor), **options)
+    (top, bottom), (left, right) = (sorted(round(c * size) for c in corners[k : k + 2])
+                                    for k, size in ((0, height), (2, width)))
+    top, left = min(top, height - 1), min(left, width - 1)
+    top, left = top - top % factor, left - left % factor  # the decoder asks for regions starting on a scaled pixel
+    bottom, right = min(max(bottom, top + 1), height), min(max(right, left + 1), width)
+    window = restart_window(layout, height, width, (top, bottom, left, right), exact_upsampling=not fast)
+    if window is None:  # the whole image: decoded as it is
+        return
+    assert window.top <= top and bottom <= window.top + window.height
+    assert window.left <= left and right <= window.left + window.width
+    assert window.top % factor == 0 and window.left % factor == 0
+    out = np.empty((-(-window.height // factor), -(-window.width // factor), 3), np.uint8)
+    assert decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8), out, min_width=out.shape[1],
+                         **options)
+    y, x = window.top // factor, window.left // factor
+    inside = (slice((top - window.top) // factor, -(-(bottom - window.top) // factor)),
+              slice((left - window.left) // factor, -(-(right - window.left) // factor)))
+    np.testing.assert_array_equal(out[inside], full[y : y + out.shape[0], x : x + out.shape[1]][inside])
+    if fast:  # nothing outside a segment is looked at: the whole window is exact
+        np.testing.assert_array_equal(out, full[y : y + out.shape[0], x : x + out.shape[1]])
+    assert bytes(payload) == data
+
+
+def test_smooth_upsampling_needs_the_extra_segment():
+    """Without the margin, the window's edges differ: the margin in restart_window is not decoration."""
+    data, _ = encoded("segments", 160, 160)  # 10 MCUs a row, segments of 2
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    full = simplejpeg.decode_jpeg(data)
+    bare = restart_window(layout, 160, 160, (48, 96, 64, 96), exact_upsampling=False)
+    assert (bare.top, bare.left, bare.height, bare.width) == (48, 64, 48, 32)
+    out = np.empty((48, 32, 3), np.uint8)
+    assert decode_window(payload, layout, bare, lambda n: np.empty(n, np.uint8), out, colorspace="RGB",
+                         min_width=32)
+    assert not np.array_equal(out, full[48:96, 64:96])  # the triangle filter had no neighbours to blend with
+    wide = restart_window(layout, 160, 160, (48, 96, 64, 96), exact_upsampling=True)
+    assert (wide.top, wide.left, wide.height, wide.width) == (32, 32, 80, 96)
+
+
+def test_restart_segments_out_of_sequence_are_not_spliced():
+    """A payload whose markers do not follow its header is left to the row decode, which sees what it reads."""
+    data, _ = encoded("segments", 128, 128)  # 8 MCUs a row, segments of 2
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    window = restart_window(layout, 128, 128, (64, 80, 64, 80), exact_upsampling=False)
+    markers = [i for i in range(layout.scan_start, len(data) - 1)
+               if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+    assert len(markers) == window.segments - 1
+    for damage in (lambda b: b.__setitem__(markers[3] + 1, 0xD0 + (data[markers[3] + 1] + 1 - 0xD0) % 8),
+                   lambda b: b.__setitem__(slice(markers[3], markers[3] + 2), b"\x00\x00")):
+        damaged = bytearray(data)
+        damage(damaged)
+        out = np.empty((16, 16, 3), np.uint8)
+        assert not decode_window(np.frombuffer(bytes(damaged), np.uint8), layout, window,
+                                 lambda n: np.empty(n, np.uint8), out, colorspace="RGB", min_width=16)
+
+
+@given(st.binary(max_size=400), st.integers(0, 3000))
+def test_splicing_never_reads_past_the_payload(noise, cut):
+    data, _ = encoded("segments", 48, 48)
+    for candidate in (data[:cut], data[:cut] + noise, data[:cut] + noise + data[cut:]):
+        payload = np.frombuffer(candidate, np.uint8)
+        layout = jpeg_layout(payload)
+        if layout is None:
+            continue
+        window = restart_window(layout, 48, 48, (16, 32, 16, 32), exact_upsampling=False)
+        if window is None:
+            continue
+        try:
+            decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8),
+                          np.empty((window.height, window.width, 3), np.uint8), colorspace="RGB",
+                          min_width=window.width)
+        except ValueError:
+            pass  # simplejpeg's report of damaged data, which the decoder turns into a DecodeError
+
+
+@pytest.mark.parametrize("kind", ["segments", "segments-rows", "420"])
+@given(size=st.tuples(st.integers(20, 260), st.integers(20, 260)), out=st.integers(4, 48), fast=st.booleans(),
+       corners=st.lists(st.floats(0, 1), min_size=4, max_size=4))
+# 256 px wide, segments of 32 px: crops that start between scaled pixels and end on a segment's edge, across and down
+@example(size=(256, 256), out=16, fast=True, corners=[0.25, 0.5, 33 / 256, 96 / 256])
+@example(size=(256, 256), out=16, fast=True, corners=[33 / 256, 96 / 256, 0.25, 0.5])
+def test_crops_resized_from_a_part_equal_those_from_the_whole_image(kind, size, out, fast, corners):
+    """Every crop and DCT scale, through the resize (whose sub-pixel shift reads a pixel past the crop's hull):
+    the part decoded gives the same output as the whole image."""
+    height, width = size
+    data, _ = encoded(kind, height, width, seed=height + 7 * width)
+    payload = np.frombuffer(data, np.uint8)
+    (top, bottom), (left, right) = (sorted(round(c * n) for c in corners[k : k + 2])
+                                    for k, n in ((0, height), (2, width)))
+    top, left = min(top, height - 1), min(left, width - 1)
+    crop = (top, left, max(1, bottom - top), max(1, right - left))
+    crop = (top, left, min(crop[2], height - top), min(crop[3], width - left))
+
+    def scratch(nbytes, purpose="default"):
+        return np.empty(nbytes, np.uint8)
+
+    outputs = []
+    for whole in (False, True):
+        decoder = RandomResizedCropRGBImageDecoder((out, out), fast_upsample=fast, decode_whole=whole)
+        image, scaled = decoder.decoded_crop(payload, (height, width, 3), crop, (out, out, 3), scratch)
+        outputs.append(np.empty((out, out, 3), np.uint8))
+        resize_into(image, outputs[-1], scaled, scratch=scratch)
+    np.testing.assert_array_equal(outputs[0], outputs[1])
