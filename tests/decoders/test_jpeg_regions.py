@@ -13,7 +13,8 @@ from beton.errors import DecodeError
 from beton.fields import IntField, RGBImageField
 from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
 from beton.decoders.rgb_image import resize_into
-from beton.decoders.jpeg_regions import decode_rows, decode_window, jpeg_layout, restart_window, rows_to_decode
+from beton.codecs.jpeg_layout import jpeg_layout
+from beton.decoders.jpeg_regions import decode_rows, decode_window, restart_window, rows_to_decode
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
