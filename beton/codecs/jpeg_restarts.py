@@ -1,0 +1,446 @@
+"""Restart markers added to a stored JPEG losslessly, so that a crop can decode only the segments it touches.
+
+A baseline JPEG's entropy-coded data is one bit stream: each block's DC coefficient is coded as the
+difference from the previous block's of the same component, so no block can be decoded without all those
+before it. A restart marker (RSTn, every ``interval`` MCUs as the DRI segment says) ends a segment byte-aligned
+and resets those predictors to 0: each segment then decodes on its own, and a decoder can splice the segments
+a crop needs into a small JPEG of its own (frame size patched, RST markers renumbered).
+
+:func:`add_restart_markers` transcodes without re-encoding (ITU T.81, Huffman-coded sequential frames): the
+quantized coefficients stay exactly the same, so the decoded pixels do. Only the DC differences are recomputed
+(from the absolute DC values and the predictors the new restarts reset) and Huffman-coded with the file's own DC
+tables; every block's AC bits are copied verbatim. The header is kept byte for byte but for the DRI segment.
+
+:func:`choose_interval` picks an interval that divides an MCU row, so that every row holds whole segments
+(about 64 pixels wide: four 16-pixel MCUs).
+
+Every input is untrusted: lengths, table sizes and indices are checked before use (numba does no bounds
+checking), all work and memory is bounded by the input's size, and anything unsupported or malformed gives
+None rather than an exception or a guess.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["add_restart_markers", "choose_interval"]
+
+_SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline and extended sequential, Huffman-coded
+_SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4}  # progressive, lossless, arithmetic (with DAC), reserved
+_LOOKAHEAD = 9  # Huffman codes up to this many bits are decoded by one table lookup
+_MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
+_MAX_DC_CATEGORY = 11  # 8-bit samples: DC differences up to 2047 in magnitude
+_MAX_DC = 32767  # libjpeg stores DC coefficients as 16-bit JCOEF: larger sums would wrap
+
+
+def choose_interval(mcus_per_row: int) -> int:
+    """The restart interval for rows of ``mcus_per_row`` MCUs: its divisor in 2..8 closest to 4 (the larger on
+    a tie: 3 and 5 → 5; 2 and 6 → 6), else ``mcus_per_row`` itself (whole rows: no column granularity).
+
+    Four MCUs are 32 pixels (4:4:4, grey) or 64 pixels (4:2:0, 4:2:2); a divisor keeps every segment inside one
+    MCU row, so a crop's segments are a rectangle of rows × segment columns.
+    """
+    if mcus_per_row < 1:
+        raise ValueError(f"mcus_per_row must be at least 1, got {mcus_per_row}")
+    divisors = [d for d in range(2, 9) if mcus_per_row % d == 0]
+    if not divisors:
+        return mcus_per_row
+    return min(divisors, key=lambda d: (abs(d - 4), -d))
+
+
+def add_restart_markers(data: bytes, interval: int) -> bytes | None:
+    """``data`` with a restart marker every ``interval`` MCUs (its DRI segment set to ``interval``), decoding to
+    exactly the same pixels.
+
+    None when this JPEG cannot be transcoded: anything but one scan of all components of a Huffman-coded
+    sequential 8-bit frame (SOF0/SOF1), or a DC difference whose category has no code in its Huffman table, or
+    malformed data (a truncated scan, restart markers out of sequence, data after the scan other than EOI).
+    Never raises on any ``data``; raises ValueError only for an ``interval`` outside 1..65535.
+    """
+    if not 1 <= interval <= 0xFFFF:
+        raise ValueError(f"restart interval must be in 1..65535, got {interval}")
+    data = bytes(data)
+    try:
+        parsed = _parse_header(data)
+    except (IndexError, ValueError):  # a length or table running past the data: malformed
+        return None
+    if parsed is None:
+        return None
+    header, scan, scan_start, old_interval, frame, tables = parsed
+    buffer = np.frombuffer(data, np.uint8)
+    unstuffed, segment_starts, count, end = _unstuff(buffer, scan_start)
+    if count < 0 or end + 2 > buffer.size or buffer[end] != 0xFF or buffer[end + 1] != 0xD9:
+        return None  # not one scan ending in EOI
+    unstuffed_size = segment_starts[count]
+    mcus, blocks_in_mcu, component_of_block = frame
+    # every block codes at least a DC and an AC symbol, one bit each: more blocks than that is a truncated scan
+    if mcus * blocks_in_mcu > 4 * unstuffed_size + 4:
+        return None
+    old_segments = 1 if old_interval == 0 else -(-mcus // old_interval)
+    if count != old_segments:
+        return None
+    new_restarts = -(-mcus // interval) - 1
+    # the bits out are the bits in, plus a DC code (≤ 16 + 11 bits) per component where a restart was removed
+    # or added, plus ≤ 7 bits of padding per restart; byte stuffing at most doubles that; 2 bytes per marker
+    components = int(component_of_block.max()) + 1
+    capacity = 2 * (unstuffed_size + 1 + (old_segments + new_restarts) * (4 * components + 1)) + 2 * new_restarts + 16
+    output = np.empty(capacity, np.uint8)
+    used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
+                      *tables, output)
+    if used < 0:
+        return None
+    restart = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
+    return header + restart + scan + output[:used].tobytes() + b"\xff\xd9"
+
+
+def _parse_header(data: bytes):
+    """The marker segments up to the scan: (header without DRI, SOS segment, offset of the entropy-coded data,
+    old restart interval, (mcus, blocks per MCU, component of each block), Huffman tables), or None."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    kept, position, old_interval, frame = [data[:2]], 2, 0, None
+    huffman: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+    while True:
+        if position + 2 > len(data) or data[position] != 0xFF:
+            return None
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            kept.append(data[position : position + 1])
+            position += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # parameterless markers: libjpeg ignores them here
+            kept.append(data[position : position + 2])
+            position += 2
+            continue
+        if marker in (0xD8, 0xD9) or position + 4 > len(data):
+            return None  # a second SOI, or EOI before any scan
+        length = int.from_bytes(data[position + 2 : position + 4], "big")
+        body = data[position + 4 : position + 2 + length]
+        if length < 2 or len(body) != length - 2:
+            return None
+        segment = data[position : position + 2 + length]
+        position += 2 + length
+        if marker in _SOF_SEQUENTIAL:
+            if frame is not None:
+                return None
+            frame = _frame(body)
+            if frame is None:
+                return None
+        elif marker in _SOF_OTHER:
+            return None
+        elif marker == 0xC4:
+            if not _read_huffman(body, huffman):
+                return None
+        elif marker == 0xDD:  # DRI: dropped, a new one goes before the scan
+            if length != 4:
+                return None
+            old_interval = int.from_bytes(body, "big")
+            continue
+        elif marker == 0xDA:
+            if frame is None:
+                return None
+            scan = _scan(body, frame, huffman)
+            if scan is None:
+                return None
+            geometry, tables = scan
+            return b"".join(kept), segment, position, old_interval, geometry, tables
+        kept.append(segment)
+
+
+def _frame(body: bytes):
+    """(height, width, [(component id, H, V)]) of an 8-bit frame header, or None."""
+    if len(body) < 6 or body[0] != 8:
+        return None
+    height, width, count = int.from_bytes(body[1:3], "big"), int.from_bytes(body[3:5], "big"), body[5]
+    if height == 0 or width == 0 or not 1 <= count <= 4 or len(body) != 6 + 3 * count:
+        return None  # height 0 means a DNL marker after the scan: not supported
+    components = []
+    for index in range(count):
+        identifier, sampling = body[6 + 3 * index], body[7 + 3 * index]
+        horizontal, vertical = sampling >> 4, sampling & 0x0F
+        if not (1 <= horizontal <= 4 and 1 <= vertical <= 4):
+            return None
+        components.append((identifier, horizontal, vertical))
+    if len({c[0] for c in components}) != count:
+        return None
+    return height, width, components
+
+
+def _read_huffman(body: bytes, huffman: dict) -> bool:
+    """Reads every table of a DHT segment into ``huffman[(class, id)] = (counts, symbols)``; False if malformed."""
+    position = 0
+    while position < len(body):
+        if position + 17 > len(body):
+            return False
+        table_class, identifier = body[position] >> 4, body[position] & 0x0F
+        counts = body[position + 1 : position + 17]
+        total = sum(counts)
+        symbols = body[position + 17 : position + 17 + total]
+        if table_class > 1 or identifier > 3 or total > 256 or len(symbols) != total:
+            return False
+        if table_class == 0 and any(s > _MAX_DC_CATEGORY for s in symbols):
+            return False
+        code = 0
+        for length in range(1, 17):  # canonical codes (T.81 C.2) must fit their length, as libjpeg checks
+            code += counts[length - 1]
+            if code >= 1 << length:  # libjpeg refuses an all-ones code too
+                return False
+            code <<= 1
+        huffman[(table_class, identifier)] = (counts, symbols)
+        position += 17 + total
+    return True
+
+
+def _scan(body: bytes, frame, huffman: dict):
+    """The scan's MCU geometry and its Huffman tables as arrays, when it is one sequential scan of every
+    component in frame order; else None."""
+    height, width, components = frame
+    if len(body) < 1 or body[0] != len(components) or len(body) != 4 + 2 * len(components):
+        return None
+    count = len(components)
+    selectors = [(body[1 + 2 * i], body[2 + 2 * i] >> 4, body[2 + 2 * i] & 0x0F) for i in range(count)]
+    if [s[0] for s in selectors] != [c[0] for c in components]:
+        return None
+    if body[-3:] != b"\x00\x3f\x00":  # Ss=0, Se=63, Ah=Al=0: sequential
+        return None
+    widest, tallest = max(c[1] for c in components), max(c[2] for c in components)
+    if count == 1:  # a one-component scan is not interleaved: an MCU is one block of that component
+        _, horizontal, vertical = components[0]
+        columns = -(-(-(-width * horizontal // widest)) // 8)
+        rows = -(-(-(-height * vertical // tallest)) // 8)
+        block_counts = [1]
+    else:
+        columns, rows = -(-width // (8 * widest)), -(-height // (8 * tallest))
+        block_counts = [c[1] * c[2] for c in components]
+        if sum(block_counts) > _MAX_BLOCKS_IN_MCU:
+            return None
+    dc_tables, ac_tables = [], []
+    for _, dc, ac in selectors:
+        if dc > 3 or ac > 3 or (0, dc) not in huffman or (1, ac) not in huffman:
+            return None
+        dc_tables.append(huffman[(0, dc)])
+        ac_tables.append(huffman[(1, ac)])
+    component_of_block = np.repeat(np.arange(count, dtype=np.int64), block_counts)
+    return (columns * rows, int(component_of_block.size), component_of_block), _table_arrays(dc_tables, ac_tables)
+
+
+def _table_arrays(dc_tables, ac_tables):
+    """Per scan component: DC and AC decoding tables (table 2c is component c's DC, 2c+1 its AC) and the DC
+    encoding table, as arrays the kernel reads.
+
+    Decoding follows T.81 F.2.2.3 (maxcode/valptr/mincode per length) behind a lookup of the next
+    ``_LOOKAHEAD`` bits; ``look_length`` 0 means a longer code.
+    """
+    tables = len(dc_tables) * 2
+    look_length = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
+    look_symbol = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
+    max_code = np.full((tables, 18), -1, np.int64)
+    value_offset = np.zeros((tables, 17), np.int64)
+    symbols = np.zeros((tables, 256), np.int64)
+    dc_code = np.zeros((len(dc_tables), 16), np.int64)
+    dc_length = np.zeros((len(dc_tables), 16), np.int64)  # 0: the category has no code
+    for index, (counts, values) in enumerate(t for pair in zip(dc_tables, ac_tables) for t in pair):
+        symbols[index, : len(values)] = list(values)
+        code, position = 0, 0
+        for length in range(1, 17):
+            first = position
+            for _ in range(counts[length - 1]):
+                if length <= _LOOKAHEAD:
+                    start = code << (_LOOKAHEAD - length)
+                    look_length[index, start : start + (1 << (_LOOKAHEAD - length))] = length
+                    look_symbol[index, start : start + (1 << (_LOOKAHEAD - length))] = values[position]
+                if index % 2 == 0 and dc_length[index // 2, values[position]] == 0:
+                    dc_code[index // 2, values[position]] = code
+                    dc_length[index // 2, values[position]] = length
+                code += 1
+                position += 1
+            if position > first:
+                value_offset[index, length] = first - (code - (position - first))  # symbol index minus code
+                max_code[index, length] = code - 1
+            code <<= 1
+    max_code[:, 17] = 1 << 30  # sentinel, never reached: lengths stop at 16
+    return look_length, look_symbol, max_code, value_offset, symbols, dc_code, dc_length
+
+
+@numba.njit(cache=True, nogil=True)
+def _unstuff(data: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The scan's entropy-coded bytes from ``start`` with byte stuffing removed (FF 00 → FF, fill bytes FF
+    before a marker dropped as libjpeg does), followed by 8 zero bytes the bit reader may look ahead into.
+
+    Returns (bytes, where each restart segment starts in them with the total size last, number of segments,
+    offset of the marker ending the scan); the count is -1 if restart markers are out of sequence or the data
+    ends without a marker.
+    """
+    size = data.size
+    unstuffed = np.zeros(max(size - start, 0) + 8, np.uint8)
+    starts = np.zeros(max(size - start, 0) // 2 + 2, np.int64)
+    count, used, position = 1, 0, start
+    while position < size:
+        byte = data[position]
+        if byte != 0xFF:
+            unstuffed[used] = byte
+            used += 1
+            position += 1
+            continue
+        position += 1
+        while position < size and data[position] == 0xFF:
+            position += 1
+        if position >= size:
+            return unstuffed, starts, -1, size
+        following = data[position]
+        position += 1
+        if following == 0x00:
+            unstuffed[used] = 0xFF
+            used += 1
+        elif 0xD0 <= following <= 0xD7:
+            if following - 0xD0 != (count - 1) % 8 or count + 1 >= starts.size:
+                return unstuffed, starts, -1, size
+            starts[count] = used
+            count += 1
+        else:
+            starts[count] = used
+            return unstuffed, starts, count, position - 2
+    return unstuffed, starts, -1, size
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _peek(data: np.ndarray, position: int, count: int) -> int:
+    """The ``count`` (≤ 25) bits at bit ``position``; bits past the array read as 0."""
+    index = position >> 3
+    if index < 0 or index + 3 >= data.size:
+        return 0
+    word = (np.int64(data[index]) << 24) | (np.int64(data[index + 1]) << 16) \
+        | (np.int64(data[index + 2]) << 8) | np.int64(data[index + 3])
+    return ((word << (position & 7)) & 0xFFFFFFFF) >> (32 - count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _decode_symbol(data, position, table, look_length, look_symbol, max_code, value_offset, symbols):
+    """(symbol, bits used) of the Huffman code at ``position``; bits used is 0 for no valid code."""
+    look = _peek(data, position, _LOOKAHEAD)
+    length = look_length[table, look]
+    if length > 0:
+        return look_symbol[table, look], length
+    for length in range(_LOOKAHEAD + 1, 17):
+        code = _peek(data, position, length)
+        if code <= max_code[table, length]:
+            index = value_offset[table, length] + code
+            if index < 0 or index > 255:
+                return 0, 0
+            return symbols[table, index], length
+    return 0, 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put(output, used, accumulator, pending, value, count):
+    """Appends the ``count`` (≤ 25) low bits of ``value``, writing whole bytes with FF stuffed; -1 if full."""
+    accumulator = (accumulator << count) | (value & ((1 << count) - 1))
+    pending += count
+    while pending >= 8:
+        pending -= 8
+        byte = (accumulator >> pending) & 0xFF
+        if used + 2 > output.size:
+            return -1, accumulator, pending
+        output[used] = byte
+        used += 1
+        if byte == 0xFF:
+            output[used] = 0
+            used += 1
+    return used, accumulator & ((1 << pending) - 1), pending
+
+
+@numba.njit(cache=True, nogil=True)
+def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_block, look_length, look_symbol,
+               max_code, value_offset, symbols, dc_code, dc_length, output) -> int:
+    """Writes the scan re-segmented every ``interval`` MCUs into ``output``; its size, or -1 where the input is
+    malformed, a DC difference has no code, or ``output`` is too small."""
+    components = dc_code.shape[0]
+    blocks = component_of_block.size
+    old_dc = np.zeros(components, np.int64)
+    new_dc = np.zeros(components, np.int64)
+    segment = 0
+    position = segment_starts[0] * 8
+    end = segment_starts[1] * 8
+    used, accumulator, pending = 0, 0, 0
+    for mcu in range(mcus):
+        if mcu > 0 and old_interval > 0 and mcu % old_interval == 0:  # the input's own restart
+            segment += 1
+            if segment + 1 >= segment_starts.size:
+                return -1
+            position, end = segment_starts[segment] * 8, segment_starts[segment + 1] * 8
+            old_dc[:] = 0
+        if mcu > 0 and mcu % interval == 0:  # a new restart: pad with 1-bits, RSTn, predictors reset
+            if pending > 0:
+                used, accumulator, pending = _put(output, used, accumulator, pending, 0xFF, 8 - pending)
+            if used < 0 or used + 2 > output.size:
+                return -1
+            output[used] = 0xFF
+            output[used + 1] = 0xD0 + (mcu // interval - 1) % 8
+            used += 2
+            new_dc[:] = 0
+        for block in range(blocks):
+            component = component_of_block[block]
+            category, length = _decode_symbol(data, position, 2 * component, look_length, look_symbol, max_code,
+                                              value_offset, symbols)
+            if length == 0 or category > 11:
+                return -1
+            position += length
+            difference = 0
+            if category > 0:
+                difference = _peek(data, position, category)
+                if difference < (1 << (category - 1)):
+                    difference -= (1 << category) - 1
+                position += category
+            if position > end:
+                return -1
+            value = old_dc[component] + difference
+            if value > 32767 or value < -32767:
+                return -1
+            old_dc[component] = value
+            # the same DC value, coded from the new predictor
+            difference = value - new_dc[component]
+            new_dc[component] = value
+            magnitude = difference if difference >= 0 else -difference
+            category = 0
+            while magnitude > 0:
+                category += 1
+                magnitude >>= 1
+            if category > 11 or dc_length[component, category] == 0:
+                return -1
+            used, accumulator, pending = _put(output, used, accumulator, pending, dc_code[component, category],
+                                              dc_length[component, category])
+            if category > 0:
+                bits = difference if difference >= 0 else difference + (1 << category) - 1
+                used, accumulator, pending = _put(output, used, accumulator, pending, bits, category)
+            if used < 0:
+                return -1
+            # the AC coefficients' bits, found as libjpeg reads them (a run past 63 ends the block there too)
+            start = position
+            k = 1
+            while k < 64:
+                symbol, length = _decode_symbol(data, position, 2 * component + 1, look_length, look_symbol,
+                                                max_code, value_offset, symbols)
+                if length == 0:
+                    return -1
+                run, size = symbol >> 4, symbol & 15
+                position += length + size
+                if position > end:
+                    return -1
+                if size > 0:
+                    k += run
+                elif run != 15:
+                    break
+                else:
+                    k += 15
+                k += 1
+            while start < position:
+                count = min(position - start, 24)
+                used, accumulator, pending = _put(output, used, accumulator, pending, _peek(data, start, count),
+                                                  count)
+                if used < 0:
+                    return -1
+                start += count
+    if pending > 0:
+        used, accumulator, pending = _put(output, used, accumulator, pending, 0xFF, 8 - pending)
+    return used
