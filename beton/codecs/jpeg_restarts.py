@@ -226,41 +226,55 @@ def _scan(body: bytes, frame, huffman: dict):
 
 
 def _table_arrays(dc_tables, ac_tables):
-    """Per scan component: DC and AC decoding tables (table 2c is component c's DC, 2c+1 its AC) and the DC
-    encoding table, as arrays the kernel reads.
+    """Per scan component c: its DC (table 2c) and AC (table 2c + 1) decoding tables and its DC encoding table."""
+    tables = [t for pair in zip(dc_tables, ac_tables) for t in pair]
+    counts = np.array([list(c) for c, _ in tables], np.int64)
+    symbols = np.zeros((len(tables), 256), np.int64)
+    for index, (_, values) in enumerate(tables):
+        symbols[index, : len(values)] = list(values)
+    return _build_tables(counts, symbols)
 
-    Decoding follows T.81 F.2.2.3 (maxcode/valptr/mincode per length) behind a lookup of the next
-    ``_LOOKAHEAD`` bits; ``look_length`` 0 means a longer code.
-    """
-    tables = len(dc_tables) * 2
+
+@numba.njit(cache=True, nogil=True)
+def _build_tables(counts: np.ndarray, symbols: np.ndarray):
+    """Canonical Huffman codes (T.81 Annex C) as decoding tables, as T.81 F.2.2.3 decodes (maxcode and the
+    symbol index minus the first code, per length) behind a lookup of the next ``_LOOKAHEAD`` bits
+    (``look_length`` 0: a longer code), and the even tables' codes per DC category (``dc_length`` 0: none).
+
+    ``counts`` were checked by :func:`_read_huffman`: the codes fit their lengths, at most 256 symbols."""
+    tables = counts.shape[0]
     look_length = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
     look_symbol = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
-    max_code = np.full((tables, 18), -1, np.int64)
+    ac_step = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
+    max_code = np.full((tables, 17), -1, np.int64)
     value_offset = np.zeros((tables, 17), np.int64)
-    symbols = np.zeros((tables, 256), np.int64)
-    dc_code = np.zeros((len(dc_tables), 16), np.int64)
-    dc_length = np.zeros((len(dc_tables), 16), np.int64)  # 0: the category has no code
-    for index, (counts, values) in enumerate(t for pair in zip(dc_tables, ac_tables) for t in pair):
-        symbols[index, : len(values)] = list(values)
+    dc_code = np.zeros((tables // 2, 16), np.int64)
+    dc_length = np.zeros((tables // 2, 16), np.int64)
+    for index in range(tables):
         code, position = 0, 0
         for length in range(1, 17):
             first = position
-            for _ in range(counts[length - 1]):
-                if length <= _LOOKAHEAD:
+            for _ in range(counts[index, length - 1]):
+                symbol = symbols[index, position]
+                if length <= _LOOKAHEAD and (code + 1) << (_LOOKAHEAD - length) <= 1 << _LOOKAHEAD:
                     start = code << (_LOOKAHEAD - length)
-                    look_length[index, start : start + (1 << (_LOOKAHEAD - length))] = length
-                    look_symbol[index, start : start + (1 << (_LOOKAHEAD - length))] = values[position]
-                if index % 2 == 0 and dc_length[index // 2, values[position]] == 0:
-                    dc_code[index // 2, values[position]] = code
-                    dc_length[index // 2, values[position]] = length
+                    run, size = symbol >> 4, symbol & 15
+                    step = (run + 1 if size > 0 else 16 if run == 15 else 64) << 8 | (length + size)
+                    for look in range(start, start + (1 << (_LOOKAHEAD - length))):
+                        look_length[index, look] = length
+                        look_symbol[index, look] = symbol
+                        if length + size <= _LOOKAHEAD:
+                            ac_step[index, look] = step
+                if index % 2 == 0 and symbol < 16 and dc_length[index // 2, symbol] == 0:
+                    dc_code[index // 2, symbol] = code
+                    dc_length[index // 2, symbol] = length
                 code += 1
                 position += 1
             if position > first:
-                value_offset[index, length] = first - (code - (position - first))  # symbol index minus code
+                value_offset[index, length] = first - (code - (position - first))
                 max_code[index, length] = code - 1
             code <<= 1
-    max_code[:, 17] = 1 << 30  # sentinel, never reached: lengths stop at 16
-    return look_length, look_symbol, max_code, value_offset, symbols, dc_code, dc_length
+    return look_length, look_symbol, ac_step, max_code, value_offset, symbols, dc_code, dc_length
 
 
 @numba.njit(cache=True, nogil=True)
@@ -315,20 +329,17 @@ def _peek(data: np.ndarray, position: int, count: int) -> int:
     return ((word << (position & 7)) & 0xFFFFFFFF) >> (32 - count)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _decode_symbol(data, position, table, look_length, look_symbol, max_code, value_offset, symbols):
-    """(symbol, bits used) of the Huffman code at ``position``; bits used is 0 for no valid code."""
-    look = _peek(data, position, _LOOKAHEAD)
-    length = look_length[table, look]
-    if length > 0:
-        return look_symbol[table, look], length
+@numba.njit(cache=True, nogil=True)
+def _decode_long(data, position, table, max_code, value_offset, symbols):
+    """(symbol, bits used) of a Huffman code longer than ``_LOOKAHEAD`` bits at ``position`` (T.81 F.2.2.3);
+    bits used is 0 for no valid code. Kept out of the kernel's loop: inlined, it made every lookup slow."""
     for length in range(_LOOKAHEAD + 1, 17):
         code = _peek(data, position, length)
         if code <= max_code[table, length]:
             index = value_offset[table, length] + code
-            if index < 0 or index > 255:
-                return 0, 0
-            return symbols[table, index], length
+            if 0 <= index <= 255:
+                return symbols[table, index], length
+            break
     return 0, 0
 
 
@@ -337,11 +348,11 @@ def _put(output, used, accumulator, pending, value, count):
     """Appends the ``count`` (≤ 25) low bits of ``value``, writing whole bytes with FF stuffed; -1 if full."""
     accumulator = (accumulator << count) | (value & ((1 << count) - 1))
     pending += count
+    if used < 0 or used + 2 * (pending >> 3) > output.size:
+        return -1, accumulator, pending
     while pending >= 8:
         pending -= 8
         byte = (accumulator >> pending) & 0xFF
-        if used + 2 > output.size:
-            return -1, accumulator, pending
         output[used] = byte
         used += 1
         if byte == 0xFF:
@@ -352,23 +363,30 @@ def _put(output, used, accumulator, pending, value, count):
 
 @numba.njit(cache=True, nogil=True)
 def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_block, look_length, look_symbol,
-               max_code, value_offset, symbols, dc_code, dc_length, output) -> int:
+               ac_step, max_code, value_offset, symbols, dc_code, dc_length, output) -> int:
     """Writes the scan re-segmented every ``interval`` MCUs into ``output``; its size, or -1 where the input is
-    malformed, a DC difference has no code, or ``output`` is too small."""
+    malformed, a DC difference has no code, or ``output`` is too small.
+
+    The reader keeps the next ``bits`` (32..63 after a refill) unread bits in the low end of ``window`` (bits
+    above them are stale and masked off by every read); ``fetched`` is the next byte to load, so the bit
+    position is ``8 * fetched - bits``. A symbol with its value bits uses at most 16 + 15 bits.
+    """
     components = dc_code.shape[0]
     blocks = component_of_block.size
+    size = data.size
     old_dc = np.zeros(components, np.int64)
     new_dc = np.zeros(components, np.int64)
     segment = 0
-    position = segment_starts[0] * 8
-    end = segment_starts[1] * 8
+    fetched, end = segment_starts[0], segment_starts[1] * 8
+    window, bits = 0, 0
     used, accumulator, pending = 0, 0, 0
     for mcu in range(mcus):
         if mcu > 0 and old_interval > 0 and mcu % old_interval == 0:  # the input's own restart
             segment += 1
             if segment + 1 >= segment_starts.size:
                 return -1
-            position, end = segment_starts[segment] * 8, segment_starts[segment + 1] * 8
+            fetched, end = segment_starts[segment], segment_starts[segment + 1] * 8
+            window, bits = 0, 0
             old_dc[:] = 0
         if mcu > 0 and mcu % interval == 0:  # a new restart: pad with 1-bits, RSTn, predictors reset
             if pending > 0:
@@ -381,21 +399,29 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
             new_dc[:] = 0
         for block in range(blocks):
             component = component_of_block[block]
-            category, length = _decode_symbol(data, position, 2 * component, look_length, look_symbol, max_code,
-                                              value_offset, symbols)
-            if length == 0 or category > 11:
+            if bits < 32:
+                while bits <= 55:
+                    window = (window << 8) | (np.int64(data[fetched]) if fetched < size else 0)
+                    fetched += 1
+                    bits += 8
+            look = (window >> (bits - _LOOKAHEAD)) & ((1 << _LOOKAHEAD) - 1)
+            category, length = look_symbol[2 * component, look], look_length[2 * component, look]
+            if length == 0:
+                category, length = _decode_long(data, 8 * fetched - bits, 2 * component, max_code, value_offset,
+                                                symbols)
+            if length == 0 or category > _MAX_DC_CATEGORY:
                 return -1
-            position += length
+            bits -= length
             difference = 0
             if category > 0:
-                difference = _peek(data, position, category)
+                difference = (window >> (bits - category)) & ((1 << category) - 1)
                 if difference < (1 << (category - 1)):
                     difference -= (1 << category) - 1
-                position += category
-            if position > end:
+                bits -= category
+            if 8 * fetched - bits > end:
                 return -1
             value = old_dc[component] + difference
-            if value > 32767 or value < -32767:
+            if value > _MAX_DC or value < -_MAX_DC:
                 return -1
             old_dc[component] = value
             # the same DC value, coded from the new predictor
@@ -406,34 +432,50 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
             while magnitude > 0:
                 category += 1
                 magnitude >>= 1
-            if category > 11 or dc_length[component, category] == 0:
+            if category > _MAX_DC_CATEGORY or dc_length[component, category] == 0:
                 return -1
             used, accumulator, pending = _put(output, used, accumulator, pending, dc_code[component, category],
                                               dc_length[component, category])
             if category > 0:
-                bits = difference if difference >= 0 else difference + (1 << category) - 1
-                used, accumulator, pending = _put(output, used, accumulator, pending, bits, category)
+                bits_out = difference if difference >= 0 else difference + (1 << category) - 1
+                used, accumulator, pending = _put(output, used, accumulator, pending, bits_out, category)
             if used < 0:
                 return -1
             # the AC coefficients' bits, found as libjpeg reads them (a run past 63 ends the block there too)
-            start = position
+            start = 8 * fetched - bits
+            table = 2 * component + 1
             k = 1
             while k < 64:
-                symbol, length = _decode_symbol(data, position, 2 * component + 1, look_length, look_symbol,
-                                                max_code, value_offset, symbols)
+                if bits < 32:
+                    while bits <= 55:
+                        window = (window << 8) | (np.int64(data[fetched]) if fetched < size else 0)
+                        fetched += 1
+                        bits += 8
+                    if 8 * fetched - bits > end:
+                        return -1
+                look = (window >> (bits - _LOOKAHEAD)) & ((1 << _LOOKAHEAD) - 1)
+                step = ac_step[table, look]
+                if step > 0:  # code and value bits within the lookahead: one lookup
+                    bits -= step & 0xFF
+                    k += step >> 8
+                    continue
+                symbol, length = look_symbol[table, look], look_length[table, look]
                 if length == 0:
-                    return -1
-                run, size = symbol >> 4, symbol & 15
-                position += length + size
-                if position > end:
-                    return -1
-                if size > 0:
+                    symbol, length = _decode_long(data, 8 * fetched - bits, table, max_code, value_offset, symbols)
+                    if length == 0:
+                        return -1
+                run, size_bits = symbol >> 4, symbol & 15
+                bits -= length + size_bits
+                if size_bits > 0:
                     k += run
                 elif run != 15:
                     break
                 else:
                     k += 15
                 k += 1
+            position = 8 * fetched - bits
+            if position > end:
+                return -1
             while start < position:
                 count = min(position - start, 24)
                 used, accumulator, pending = _put(output, used, accumulator, pending, _peek(data, start, count),
