@@ -32,11 +32,15 @@ _LOOKAHEAD = 9  # Huffman codes up to this many bits are decoded by one table lo
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
 _MAX_DC_CATEGORY = 11  # 8-bit samples: DC differences up to 2047 in magnitude
 _MAX_DC = 32767  # libjpeg stores DC coefficients as 16-bit JCOEF: larger sums would wrap
+_NO_DC_CODE = -2  # what the kernel returns when a DC table has no code for a difference's category
+# T.81 Annex K.3.1's luminance DC table: a code for each of the categories 0..11
+_FULL_DC_COUNTS = bytes([0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+_FULL_DC_SYMBOLS = bytes(range(12))
 
 
 def choose_interval(mcus_per_row: int) -> int:
-    """The restart interval for rows of ``mcus_per_row`` MCUs: its divisor in 2..8 closest to 4 (the larger on
-    a tie: 3 and 5 → 5; 2 and 6 → 6), else ``mcus_per_row`` itself (whole rows: no column granularity).
+    """The restart interval for rows of ``mcus_per_row`` MCUs: its divisor in 2..8 closest to 4 (5 rather than
+    3, as for 15 MCUs), else ``mcus_per_row`` itself (whole rows: no column granularity).
 
     Four MCUs are 32 pixels (4:4:4, grey) or 64 pixels (4:2:0, 4:2:2); a divisor keeps every segment inside one
     MCU row, so a crop's segments are a rectangle of rows × segment columns.
@@ -67,7 +71,7 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
         return None
     if parsed is None:
         return None
-    header, scan, scan_start, old_interval, frame, tables = parsed
+    header, scan, scan_start, old_interval, frame, dc_tables, ac_tables = parsed
     buffer = np.frombuffer(data, np.uint8)
     unstuffed, segment_starts, count, end = _unstuff(buffer, scan_start)
     if count < 0 or end + 2 > buffer.size or buffer[end] != 0xFF or buffer[end + 1] != 0xD9:
@@ -86,12 +90,30 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
     components = int(component_of_block.max()) + 1
     capacity = 2 * (unstuffed_size + 1 + (old_segments + new_restarts) * (4 * components + 1)) + 2 * new_restarts + 16
     output = np.empty(capacity, np.uint8)
+    tables = _table_arrays([t[1:] for t in dc_tables], ac_tables)
     used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
                       *tables, output)
+    if used == _NO_DC_CODE:
+        # Optimized DC tables have codes only for the differences the image had; a restart codes an absolute DC
+        # value, a larger category. The scan's incomplete DC tables are then redefined by a DHT segment before
+        # the scan (Annex K.3's full table) and every DC difference is coded with it, ≤ 20 bits a block more.
+        incomplete = sorted({i for i, counts, symbols in dc_tables if len(set(symbols) & set(range(12))) < 12})
+        header += _dht([(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) for i in incomplete])
+        dc_tables = [(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) if i in incomplete else (i, c, s) for i, c, s in dc_tables]
+        dc_code, dc_length = _table_arrays([t[1:] for t in dc_tables], ac_tables)[-2:]  # decoding: as before
+        output = np.empty(capacity + 6 * mcus * blocks_in_mcu, np.uint8)
+        used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
+                          *tables[:-2], dc_code, dc_length, output)
     if used < 0:
         return None
     restart = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
     return header + restart + scan + output[:used].tobytes() + b"\xff\xd9"
+
+
+def _dht(tables: list[tuple[int, bytes, bytes]]) -> bytes:
+    """A DHT segment defining the DC tables (id, counts, symbols)."""
+    body = b"".join(bytes([identifier]) + counts + symbols for identifier, counts, symbols in tables)
+    return b"\xff\xc4" + (2 + len(body)).to_bytes(2, "big") + body
 
 
 def _parse_header(data: bytes):
@@ -143,8 +165,7 @@ def _parse_header(data: bytes):
             scan = _scan(body, frame, huffman)
             if scan is None:
                 return None
-            geometry, tables = scan
-            return b"".join(kept), segment, position, old_interval, geometry, tables
+            return (b"".join(kept), segment, position, old_interval, *scan)
         kept.append(segment)
 
 
@@ -219,10 +240,10 @@ def _scan(body: bytes, frame, huffman: dict):
     for _, dc, ac in selectors:
         if dc > 3 or ac > 3 or (0, dc) not in huffman or (1, ac) not in huffman:
             return None
-        dc_tables.append(huffman[(0, dc)])
+        dc_tables.append((dc, *huffman[(0, dc)]))
         ac_tables.append(huffman[(1, ac)])
     component_of_block = np.repeat(np.arange(count, dtype=np.int64), block_counts)
-    return (columns * rows, int(component_of_block.size), component_of_block), _table_arrays(dc_tables, ac_tables)
+    return (columns * rows, int(component_of_block.size), component_of_block), dc_tables, ac_tables
 
 
 def _table_arrays(dc_tables, ac_tables):
@@ -432,8 +453,10 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
             while magnitude > 0:
                 category += 1
                 magnitude >>= 1
-            if category > _MAX_DC_CATEGORY or dc_length[component, category] == 0:
+            if category > _MAX_DC_CATEGORY:  # 8-bit samples never make one: damaged data
                 return -1
+            if dc_length[component, category] == 0:
+                return _NO_DC_CODE
             used, accumulator, pending = _put(output, used, accumulator, pending, dc_code[component, category],
                                               dc_length[component, category])
             if category > 0:
