@@ -28,7 +28,7 @@ __all__ = ["add_restart_markers", "choose_interval"]
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline and extended sequential, Huffman-coded
 _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4}  # progressive, lossless, arithmetic (with DAC), reserved
-_LOOKAHEAD = 9  # Huffman codes up to this many bits are decoded by one table lookup
+_LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
 _MAX_DC_CATEGORY = 11  # 8-bit samples: DC differences up to 2047 in magnitude
 _MAX_DC = 32767  # libjpeg stores DC coefficients as 16-bit JCOEF: larger sums would wrap
@@ -71,39 +71,20 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
         return None
     if parsed is None:
         return None
-    header, scan, scan_start, old_interval, frame, dc_tables, ac_tables = parsed
+    header, scan, scan_start, old_interval, (mcus, component_of_block), dc_tables, ac_tables = parsed
     buffer = np.frombuffer(data, np.uint8)
-    unstuffed, segment_starts, count, end = _unstuff(buffer, scan_start)
-    if count < 0 or end + 2 > buffer.size or buffer[end] != 0xFF or buffer[end + 1] != 0xD9:
-        return None  # not one scan ending in EOI
-    unstuffed_size = segment_starts[count]
-    mcus, blocks_in_mcu, component_of_block = frame
-    # every block codes at least a DC and an AC symbol, one bit each: more blocks than that is a truncated scan
-    if mcus * blocks_in_mcu > 4 * unstuffed_size + 4:
-        return None
-    old_segments = 1 if old_interval == 0 else -(-mcus // old_interval)
-    if count != old_segments:
-        return None
-    new_restarts = -(-mcus // interval) - 1
-    # the bits out are the bits in, plus a DC code (≤ 16 + 11 bits) per component where a restart was removed
-    # or added, plus ≤ 7 bits of padding per restart; byte stuffing at most doubles that; 2 bytes per marker
-    components = int(component_of_block.max()) + 1
-    capacity = 2 * (unstuffed_size + 1 + (old_segments + new_restarts) * (4 * components + 1)) + 2 * new_restarts + 16
-    output = np.empty(capacity, np.uint8)
     tables = _table_arrays([t[1:] for t in dc_tables], ac_tables)
-    used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
-                      *tables, output)
+    output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
+                                 *_table_arrays([], []))
     if used == _NO_DC_CODE:
         # Optimized DC tables have codes only for the differences the image had; a restart codes an absolute DC
         # value, a larger category. The scan's incomplete DC tables are then redefined by a DHT segment before
-        # the scan (Annex K.3's full table) and every DC difference is coded with it, ≤ 20 bits a block more.
-        incomplete = sorted({i for i, counts, symbols in dc_tables if len(set(symbols) & set(range(12))) < 12})
+        # the scan (Annex K.3's full table) and every DC difference is coded with it.
+        incomplete = sorted({i for i, _, symbols in dc_tables if len(set(symbols) & set(range(12))) < 12})
         header += _dht([(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) for i in incomplete])
-        dc_tables = [(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) if i in incomplete else (i, c, s) for i, c, s in dc_tables]
-        dc_code, dc_length = _table_arrays([t[1:] for t in dc_tables], ac_tables)[-2:]  # decoding: as before
-        output = np.empty(capacity + 6 * mcus * blocks_in_mcu, np.uint8)
-        used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
-                          *tables[:-2], dc_code, dc_length, output)
+        full = [(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) if i in incomplete else (i, c, s) for i, c, s in dc_tables]
+        output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
+                                     *_table_arrays([t[1:] for t in full], ac_tables))
     if used < 0:
         return None
     restart = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
@@ -243,17 +224,51 @@ def _scan(body: bytes, frame, huffman: dict):
         dc_tables.append((dc, *huffman[(0, dc)]))
         ac_tables.append(huffman[(1, ac)])
     component_of_block = np.repeat(np.arange(count, dtype=np.int64), block_counts)
-    return (columns * rows, int(component_of_block.size), component_of_block), dc_tables, ac_tables
+    return (columns * rows, component_of_block), dc_tables, ac_tables
 
 
-def _table_arrays(dc_tables, ac_tables):
-    """Per scan component c: its DC (table 2c) and AC (table 2c + 1) decoding tables and its DC encoding table."""
+def _table_arrays(dc_tables, ac_tables) -> tuple[np.ndarray, np.ndarray]:
+    """Per scan component c, its DC table as table 2c and its AC table as 2c + 1: (code counts per length,
+    symbols), as arrays for :func:`_build_tables`."""
     tables = [t for pair in zip(dc_tables, ac_tables) for t in pair]
-    counts = np.array([list(c) for c, _ in tables], np.int64)
-    symbols = np.zeros((len(tables), 256), np.int64)
+    counts = np.frombuffer(b"".join(c for c, _ in tables), np.uint8).reshape(len(tables), 16).astype(np.int64)
+    symbols = np.zeros((len(tables), 256), np.uint8)
     for index, (_, values) in enumerate(tables):
-        symbols[index, : len(values)] = list(values)
-    return _build_tables(counts, symbols)
+        symbols[index, : len(values)] = np.frombuffer(values, np.uint8)
+    return counts, symbols
+
+
+@numba.njit(cache=True, nogil=True)
+def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_block, counts, symbols, encode_counts,
+                  encode_symbols) -> tuple[np.ndarray, int]:
+    """(output, its size) of the scan at ``scan_start`` re-segmented, DC differences coded with the DC tables of
+    ``encode_counts`` and ``encode_symbols`` (when empty: the scan's own); size -1 for a malformed scan, ``_NO_DC_CODE`` where a DC table
+    lacks a category."""
+    nothing = np.empty(0, np.uint8)
+    unstuffed, segment_starts, count, end = _unstuff(data, scan_start)
+    if count < 0 or end + 2 > data.size or data[end] != 0xFF or data[end + 1] != 0xD9:
+        return nothing, -1  # not one scan ending in EOI
+    unstuffed_size = segment_starts[count]
+    blocks = mcus * component_of_block.size
+    # every block codes at least a DC and an AC symbol, one bit each: more blocks than that is a truncated scan
+    if blocks > 4 * unstuffed_size + 4:
+        return nothing, -1
+    old_segments = 1 if old_interval == 0 else (mcus + old_interval - 1) // old_interval
+    if count != old_segments:
+        return nothing, -1
+    new_restarts = (mcus + interval - 1) // interval - 1
+    # bits out ≤ bits in + a DC code and value (≤ 16 + 11 bits) a block + 7 bits of padding a restart; byte
+    # stuffing at most doubles that; 2 bytes a marker. Blocks are bounded by the input's size (above).
+    capacity = 2 * (unstuffed_size + 4 * blocks + new_restarts + 1) + 2 * new_restarts
+    output = np.empty(capacity, np.uint8)
+    look_length, look_symbol, ac_step, max_code, value_offset, table_symbols, dc_code, dc_length = \
+        _build_tables(counts, symbols)
+    if encode_counts.shape[0] > 0:
+        dc_code, dc_length = _build_tables(encode_counts, encode_symbols)[6:]
+    used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
+                      look_length, look_symbol, ac_step, max_code, value_offset, table_symbols, dc_code, dc_length,
+                      output)
+    return output, used
 
 
 @numba.njit(cache=True, nogil=True)
@@ -264,9 +279,9 @@ def _build_tables(counts: np.ndarray, symbols: np.ndarray):
 
     ``counts`` were checked by :func:`_read_huffman`: the codes fit their lengths, at most 256 symbols."""
     tables = counts.shape[0]
-    look_length = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
-    look_symbol = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
-    ac_step = np.zeros((tables, 1 << _LOOKAHEAD), np.int64)
+    look_length = np.zeros((tables, 1 << _LOOKAHEAD), np.int32)
+    look_symbol = np.zeros((tables, 1 << _LOOKAHEAD), np.int32)
+    ac_step = np.zeros((tables, 1 << _LOOKAHEAD), np.int32)
     max_code = np.full((tables, 17), -1, np.int64)
     value_offset = np.zeros((tables, 17), np.int64)
     dc_code = np.zeros((tables // 2, 16), np.int64)
@@ -276,8 +291,10 @@ def _build_tables(counts: np.ndarray, symbols: np.ndarray):
         for length in range(1, 17):
             first = position
             for _ in range(counts[index, length - 1]):
+                if position > 255 or code >= 1 << length:  # checked by _read_huffman: kept safe here too
+                    break
                 symbol = symbols[index, position]
-                if length <= _LOOKAHEAD and (code + 1) << (_LOOKAHEAD - length) <= 1 << _LOOKAHEAD:
+                if length <= _LOOKAHEAD:
                     start = code << (_LOOKAHEAD - length)
                     run, size = symbol >> 4, symbol & 15
                     step = (run + 1 if size > 0 else 16 if run == 15 else 64) << 8 | (length + size)
