@@ -181,7 +181,7 @@ def _read_huffman(body: bytes, huffman: dict) -> bool:
         symbols = body[position + 17 : position + 17 + total]
         if table_class > 1 or identifier > 3 or total > 256 or len(symbols) != total:
             return False
-        if table_class == 0 and any(s > _MAX_DC_CATEGORY for s in symbols):
+        if table_class == 0 and max(symbols, default=0) > _MAX_DC_CATEGORY:
             return False
         code = 0
         for length in range(1, 17):  # canonical codes (T.81 C.2) must fit their length, as libjpeg checks
@@ -245,7 +245,8 @@ def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_b
     ``encode_counts`` and ``encode_symbols`` (when empty: the scan's own); size -1 for a malformed scan, ``_NO_DC_CODE`` where a DC table
     lacks a category."""
     nothing = np.empty(0, np.uint8)
-    unstuffed, segment_starts, count, end = _unstuff(data, scan_start)
+    old_segments = 1 if old_interval == 0 else (mcus + old_interval - 1) // old_interval
+    unstuffed, segment_starts, count, end = _unstuff(data, scan_start, old_segments)
     if count < 0 or end + 2 > data.size or data[end] != 0xFF or data[end + 1] != 0xD9:
         return nothing, -1  # not one scan ending in EOI
     unstuffed_size = segment_starts[count]
@@ -253,7 +254,6 @@ def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_b
     # every block codes at least a DC and an AC symbol, one bit each: more blocks than that is a truncated scan
     if blocks > 4 * unstuffed_size + 4:
         return nothing, -1
-    old_segments = 1 if old_interval == 0 else (mcus + old_interval - 1) // old_interval
     if count != old_segments:
         return nothing, -1
     new_restarts = (mcus + interval - 1) // interval - 1
@@ -316,17 +316,18 @@ def _build_tables(counts: np.ndarray, symbols: np.ndarray):
 
 
 @numba.njit(cache=True, nogil=True)
-def _unstuff(data: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+def _unstuff(data: np.ndarray, start: int, segments: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The scan's entropy-coded bytes from ``start`` with byte stuffing removed (FF 00 → FF, fill bytes FF
     before a marker dropped as libjpeg does), followed by 8 zero bytes the bit reader may look ahead into.
 
     Returns (bytes, where each restart segment starts in them with the total size last, number of segments,
-    offset of the marker ending the scan); the count is -1 if restart markers are out of sequence or the data
-    ends without a marker.
+    offset of the marker ending the scan); the count is -1 if restart markers are out of sequence, more than
+    ``segments``, or the data ends without a marker.
     """
     size = data.size
-    unstuffed = np.zeros(max(size - start, 0) + 8, np.uint8)
-    starts = np.zeros(max(size - start, 0) // 2 + 2, np.int64)
+    unstuffed = np.empty(max(size - start, 0) + 8, np.uint8)
+    starts = np.empty(min(segments, max(size - start, 0) // 2 + 1) + 2, np.int64)
+    starts[0] = 0
     count, used, position = 1, 0, start
     while position < size:
         byte = data[position]
@@ -352,6 +353,7 @@ def _unstuff(data: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int,
             count += 1
         else:
             starts[count] = used
+            unstuffed[used : used + 8] = 0
             return unstuffed, starts, count, position - 2
     return unstuffed, starts, -1, size
 
