@@ -360,13 +360,14 @@ def _unstuff(data: np.ndarray, start: int, segments: int) -> tuple[np.ndarray, n
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _peek(data: np.ndarray, position: int, count: int) -> int:
-    """The ``count`` (≤ 25) bits at bit ``position``; bits past the array read as 0."""
+    """The ``count`` (≤ 49) bits at bit ``position``; 0 where they would run past the array."""
     index = position >> 3
-    if index < 0 or index + 3 >= data.size:
+    if index < 0 or index + 6 >= data.size:
         return 0
-    word = (np.int64(data[index]) << 24) | (np.int64(data[index + 1]) << 16) \
-        | (np.int64(data[index + 2]) << 8) | np.int64(data[index + 3])
-    return ((word << (position & 7)) & 0xFFFFFFFF) >> (32 - count)
+    word = np.int64(0)
+    for offset in range(7):  # 56 bits: the wanted ones and up to 7 before them
+        word = (word << 8) | np.int64(data[index + offset])
+    return (word >> (56 - (position & 7) - count)) & ((np.int64(1) << count) - 1)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -385,7 +386,7 @@ def _decode_long(data, position, table, max_code, value_offset, symbols):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _put(output, used, accumulator, pending, value, count):
-    """Appends the ``count`` (≤ 25) low bits of ``value``, writing whole bytes with FF stuffed; -1 if full."""
+    """Appends the ``count`` (≤ 48) low bits of ``value``, writing whole bytes with FF stuffed; -1 if full."""
     accumulator = (accumulator << count) | (value & ((1 << count) - 1))
     pending += count
     if used < 0 or used + 2 * (pending >> 3) > output.size:
@@ -519,7 +520,7 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
             if position > end:
                 return -1
             while start < position:
-                count = min(position - start, 24)
+                count = min(position - start, 48)
                 used, accumulator, pending = _put(output, used, accumulator, pending, _peek(data, start, count),
                                                   count)
                 if used < 0:
