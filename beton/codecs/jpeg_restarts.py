@@ -75,7 +75,7 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
     buffer = np.frombuffer(data, np.uint8)
     tables = _table_arrays([t[1:] for t in dc_tables], ac_tables)
     output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
-                                 *_table_arrays([], []))
+                                 *tables, False)
     if used == _NO_DC_CODE:
         # Optimized DC tables have codes only for the differences the image had; a restart codes an absolute DC
         # value, a larger category. The scan's incomplete DC tables are then redefined by a DHT segment before
@@ -84,7 +84,7 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
         header += _dht([(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) for i in incomplete])
         full = [(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) if i in incomplete else (i, c, s) for i, c, s in dc_tables]
         output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
-                                     *_table_arrays([t[1:] for t in full], ac_tables))
+                                     *_table_arrays([t[1:] for t in full], ac_tables), True)
     if used < 0:
         return None
     restart = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
@@ -231,18 +231,16 @@ def _table_arrays(dc_tables, ac_tables) -> tuple[np.ndarray, np.ndarray]:
     """Per scan component c, its DC table as table 2c and its AC table as 2c + 1: (code counts per length,
     symbols), as arrays for :func:`_build_tables`."""
     tables = [t for pair in zip(dc_tables, ac_tables) for t in pair]
-    counts = np.frombuffer(b"".join(c for c, _ in tables), np.uint8).reshape(len(tables), 16).astype(np.int64)
-    symbols = np.zeros((len(tables), 256), np.uint8)
-    for index, (_, values) in enumerate(tables):
-        symbols[index, : len(values)] = np.frombuffer(values, np.uint8)
+    counts = np.frombuffer(b"".join(c for c, _ in tables), np.uint8).reshape(len(tables), 16)
+    symbols = np.frombuffer(b"".join(v.ljust(256, b"\0") for _, v in tables), np.uint8).reshape(len(tables), 256)
     return counts, symbols
 
 
 @numba.njit(cache=True, nogil=True)
 def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_block, counts, symbols, encode_counts,
-                  encode_symbols) -> tuple[np.ndarray, int]:
+                  encode_symbols, recode) -> tuple[np.ndarray, int]:
     """(output, its size) of the scan at ``scan_start`` re-segmented, DC differences coded with the DC tables of
-    ``encode_counts`` and ``encode_symbols`` (when empty: the scan's own); size -1 for a malformed scan, ``_NO_DC_CODE`` where a DC table
+    ``encode_counts`` and ``encode_symbols`` when ``recode``, else with the scan's own; size -1 for a malformed scan, ``_NO_DC_CODE`` where a DC table
     lacks a category."""
     nothing = np.empty(0, np.uint8)
     old_segments = 1 if old_interval == 0 else (mcus + old_interval - 1) // old_interval
@@ -263,7 +261,7 @@ def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_b
     output = np.empty(capacity, np.uint8)
     look_length, look_symbol, ac_step, max_code, value_offset, table_symbols, dc_code, dc_length = \
         _build_tables(counts, symbols)
-    if encode_counts.shape[0] > 0:
+    if recode:
         dc_code, dc_length = _build_tables(encode_counts, encode_symbols)[6:]
     used = _transcode(unstuffed, segment_starts[: count + 1], old_interval, interval, mcus, component_of_block,
                       look_length, look_symbol, ac_step, max_code, value_offset, table_symbols, dc_code, dc_length,
