@@ -26,8 +26,6 @@ import numpy as np
 
 __all__ = ["add_restart_markers", "choose_interval"]
 
-_SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline and extended sequential, Huffman-coded
-_SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4}  # progressive, lossless, arithmetic (with DAC), reserved
 _LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
 _MAX_DC_CATEGORY = 11  # 8-bit samples: DC differences up to 2047 in magnitude
@@ -64,176 +62,166 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
     """
     if not 1 <= interval <= 0xFFFF:
         raise ValueError(f"restart interval must be in 1..65535, got {interval}")
-    data = bytes(data)
-    try:
-        parsed = _parse_header(data)
-    except (IndexError, ValueError):  # a length or table running past the data: malformed
+    buffer = np.frombuffer(bytes(data), np.uint8)
+    sos, scan_start, old_interval, mcus, component_of_block, counts, symbols, dc_ids, drops = _parse_header(buffer)
+    if scan_start < 0:
         return None
-    if parsed is None:
-        return None
-    header, scan, scan_start, old_interval, (mcus, component_of_block), dc_tables, ac_tables = parsed
-    buffer = np.frombuffer(data, np.uint8)
-    tables = _table_arrays([t[1:] for t in dc_tables], ac_tables)
-    output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
-                                 *tables, False)
+    output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, counts,
+                                 symbols, counts, symbols, False)
+    dht = b""
     if used == _NO_DC_CODE:
         # Optimized DC tables have codes only for the differences the image had; a restart codes an absolute DC
         # value, a larger category. The scan's incomplete DC tables are then redefined by a DHT segment before
         # the scan (Annex K.3's full table) and every DC difference is coded with it.
-        incomplete = sorted({i for i, _, symbols in dc_tables if len(set(symbols) & set(range(12))) < 12})
-        header += _dht([(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) for i in incomplete])
-        full = [(i, _FULL_DC_COUNTS, _FULL_DC_SYMBOLS) if i in incomplete else (i, c, s) for i, c, s in dc_tables]
-        output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, *tables,
-                                     *_table_arrays([t[1:] for t in full], ac_tables), True)
+        full_counts, full_symbols = counts.copy(), symbols.copy()
+        incomplete = set()
+        for component, identifier in enumerate(dc_ids.tolist()):
+            if len(set(symbols[2 * component, : counts[2 * component].sum()].tolist()) & set(range(12))) < 12:
+                incomplete.add(identifier)
+                full_counts[2 * component] = np.frombuffer(_FULL_DC_COUNTS, np.uint8)
+                full_symbols[2 * component, :12] = np.frombuffer(_FULL_DC_SYMBOLS, np.uint8)
+        dht = _dht(sorted(incomplete))
+        output, used = _restart_scan(buffer, scan_start, old_interval, interval, mcus, component_of_block, counts,
+                                     symbols, full_counts, full_symbols, True)
     if used < 0:
         return None
+    header = buffer[:sos].tobytes()
+    for drop in drops[::-1].tolist():  # DRI segments, 6 bytes each
+        header = header[:drop] + header[drop + 6 :]
     restart = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
-    return header + restart + scan + output[:used].tobytes() + b"\xff\xd9"
+    return header + dht + restart + buffer[sos:scan_start].tobytes() + output[:used].tobytes() + b"\xff\xd9"
 
 
-def _dht(tables: list[tuple[int, bytes, bytes]]) -> bytes:
-    """A DHT segment defining the DC tables (id, counts, symbols)."""
-    body = b"".join(bytes([identifier]) + counts + symbols for identifier, counts, symbols in tables)
+def _dht(identifiers: list[int]) -> bytes:
+    """A DHT segment defining Annex K.3's DC table as each of ``identifiers``."""
+    body = b"".join(bytes([identifier]) + _FULL_DC_COUNTS + _FULL_DC_SYMBOLS for identifier in identifiers)
     return b"\xff\xc4" + (2 + len(body)).to_bytes(2, "big") + body
 
 
-def _parse_header(data: bytes):
-    """The marker segments up to the scan: (header without DRI, SOS segment, offset of the entropy-coded data,
-    old restart interval, (mcus, blocks per MCU, component of each block), Huffman tables), or None."""
-    if data[:2] != b"\xff\xd8":
-        return None
-    kept, position, old_interval, frame = [data[:2]], 2, 0, None
-    huffman: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+@numba.njit(cache=True, nogil=True)
+def _parse_header(data: np.ndarray):
+    """The marker segments up to the scan, when it is one sequential scan of every component in frame order:
+    (offset of SOS, offset of the entropy-coded data, old restart interval, MCUs, component of each block in
+    an MCU, Huffman code counts and symbols per component (DC table 2c, AC table 2c + 1), each component's DC
+    table id, offsets of the DRI segments); the data's offset is -1 for anything else."""
+    size = data.size
+    no_int = np.zeros(0, np.int64)
+    fail = (0, -1, 0, 0, no_int, np.zeros((0, 16), np.uint8), np.zeros((0, 256), np.uint8), no_int, no_int)
+    if size < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return fail
+    table_counts = np.zeros((8, 16), np.uint8)  # class * 4 + id
+    table_symbols = np.zeros((8, 256), np.uint8)
+    defined = np.zeros(8, np.bool_)
+    drops = np.zeros(size // 6 + 1, np.int64)
+    dropped = 0
+    identifiers = np.zeros(4, np.int64)
+    horizontal = np.zeros(4, np.int64)
+    vertical = np.zeros(4, np.int64)
+    components, height, width, old_interval = 0, 0, 0, 0
+    position = 2
     while True:
-        if position + 2 > len(data) or data[position] != 0xFF:
-            return None
-        marker = data[position + 1]
+        if position + 2 > size or data[position] != 0xFF:
+            return fail
+        marker = np.int64(data[position + 1])
         if marker == 0xFF:  # fill byte
-            kept.append(data[position : position + 1])
             position += 1
             continue
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # parameterless markers: libjpeg ignores them here
-            kept.append(data[position : position + 2])
             position += 2
             continue
-        if marker in (0xD8, 0xD9) or position + 4 > len(data):
-            return None  # a second SOI, or EOI before any scan
-        length = int.from_bytes(data[position + 2 : position + 4], "big")
-        body = data[position + 4 : position + 2 + length]
-        if length < 2 or len(body) != length - 2:
-            return None
-        segment = data[position : position + 2 + length]
-        position += 2 + length
-        if marker in _SOF_SEQUENTIAL:
-            if frame is not None:
-                return None
-            frame = _frame(body)
-            if frame is None:
-                return None
-        elif marker in _SOF_OTHER:
-            return None
+        if marker == 0xD8 or marker == 0xD9 or position + 4 > size:
+            return fail  # a second SOI, or EOI before any scan
+        length = (np.int64(data[position + 2]) << 8) | np.int64(data[position + 3])
+        body, end = position + 4, position + 2 + length
+        if length < 2 or end > size:
+            return fail
+        if marker == 0xC0 or marker == 0xC1:  # sequential, Huffman-coded
+            if components > 0 or length < 8 or data[body] != 8:
+                return fail  # a second frame, or not 8-bit
+            height = (np.int64(data[body + 1]) << 8) | np.int64(data[body + 2])
+            width = (np.int64(data[body + 3]) << 8) | np.int64(data[body + 4])
+            components = np.int64(data[body + 5])
+            if height == 0 or width == 0 or not 1 <= components <= 4 or length != 8 + 3 * components:
+                return fail  # height 0 means a DNL marker after the scan: not supported
+            for c in range(components):
+                identifiers[c] = data[body + 6 + 3 * c]
+                horizontal[c] = data[body + 7 + 3 * c] >> 4
+                vertical[c] = data[body + 7 + 3 * c] & 15
+                if not (1 <= horizontal[c] <= 4 and 1 <= vertical[c] <= 4):
+                    return fail
+                for other in range(c):
+                    if identifiers[other] == identifiers[c]:
+                        return fail
+        elif 0xC2 <= marker <= 0xCF and marker != 0xC4:
+            return fail  # progressive, lossless, arithmetic-coded (and DAC), reserved
         elif marker == 0xC4:
-            if not _read_huffman(body, huffman):
-                return None
+            at = body
+            while at < end:
+                if at + 17 > end:
+                    return fail
+                table_class, identifier = data[at] >> 4, data[at] & 15
+                total = 0
+                for length_index in range(16):
+                    total += np.int64(data[at + 1 + length_index])
+                if table_class > 1 or identifier > 3 or total > 256 or at + 17 + total > end:
+                    return fail
+                code = 0
+                for length_index in range(16):  # canonical codes (T.81 C.2) must fit their length, as libjpeg
+                    code += np.int64(data[at + 1 + length_index])  # checks (so no all-ones code either)
+                    if code >= 1 << (length_index + 1):
+                        return fail
+                    code <<= 1
+                slot = table_class * 4 + identifier
+                table_symbols[slot, :] = 0
+                for index in range(16):
+                    table_counts[slot, index] = data[at + 1 + index]
+                for index in range(total):
+                    table_symbols[slot, index] = data[at + 17 + index]
+                    if table_class == 0 and data[at + 17 + index] > _MAX_DC_CATEGORY:
+                        return fail
+                defined[slot] = True
+                at += 17 + total
         elif marker == 0xDD:  # DRI: dropped, a new one goes before the scan
             if length != 4:
-                return None
-            old_interval = int.from_bytes(body, "big")
-            continue
-        elif marker == 0xDA:
-            if frame is None:
-                return None
-            scan = _scan(body, frame, huffman)
-            if scan is None:
-                return None
-            return (b"".join(kept), segment, position, old_interval, *scan)
-        kept.append(segment)
-
-
-def _frame(body: bytes):
-    """(height, width, [(component id, H, V)]) of an 8-bit frame header, or None."""
-    if len(body) < 6 or body[0] != 8:
-        return None
-    height, width, count = int.from_bytes(body[1:3], "big"), int.from_bytes(body[3:5], "big"), body[5]
-    if height == 0 or width == 0 or not 1 <= count <= 4 or len(body) != 6 + 3 * count:
-        return None  # height 0 means a DNL marker after the scan: not supported
-    components = []
-    for index in range(count):
-        identifier, sampling = body[6 + 3 * index], body[7 + 3 * index]
-        horizontal, vertical = sampling >> 4, sampling & 0x0F
-        if not (1 <= horizontal <= 4 and 1 <= vertical <= 4):
-            return None
-        components.append((identifier, horizontal, vertical))
-    if len({c[0] for c in components}) != count:
-        return None
-    return height, width, components
-
-
-def _read_huffman(body: bytes, huffman: dict) -> bool:
-    """Reads every table of a DHT segment into ``huffman[(class, id)] = (counts, symbols)``; False if malformed."""
-    position = 0
-    while position < len(body):
-        if position + 17 > len(body):
-            return False
-        table_class, identifier = body[position] >> 4, body[position] & 0x0F
-        counts = body[position + 1 : position + 17]
-        total = sum(counts)
-        symbols = body[position + 17 : position + 17 + total]
-        if table_class > 1 or identifier > 3 or total > 256 or len(symbols) != total:
-            return False
-        if table_class == 0 and max(symbols, default=0) > _MAX_DC_CATEGORY:
-            return False
-        code = 0
-        for length in range(1, 17):  # canonical codes (T.81 C.2) must fit their length, as libjpeg checks
-            code += counts[length - 1]
-            if code >= 1 << length:  # libjpeg refuses an all-ones code too
-                return False
-            code <<= 1
-        huffman[(table_class, identifier)] = (counts, symbols)
-        position += 17 + total
-    return True
-
-
-def _scan(body: bytes, frame, huffman: dict):
-    """The scan's MCU geometry and its Huffman tables as arrays, when it is one sequential scan of every
-    component in frame order; else None."""
-    height, width, components = frame
-    if len(body) < 1 or body[0] != len(components) or len(body) != 4 + 2 * len(components):
-        return None
-    count = len(components)
-    selectors = [(body[1 + 2 * i], body[2 + 2 * i] >> 4, body[2 + 2 * i] & 0x0F) for i in range(count)]
-    if [s[0] for s in selectors] != [c[0] for c in components]:
-        return None
-    if body[-3:] != b"\x00\x3f\x00":  # Ss=0, Se=63, Ah=Al=0: sequential
-        return None
-    widest, tallest = max(c[1] for c in components), max(c[2] for c in components)
-    if count == 1:  # a one-component scan is not interleaved: an MCU is one block of that component
-        _, horizontal, vertical = components[0]
-        columns = -(-(-(-width * horizontal // widest)) // 8)
-        rows = -(-(-(-height * vertical // tallest)) // 8)
-        block_counts = [1]
-    else:
-        columns, rows = -(-width // (8 * widest)), -(-height // (8 * tallest))
-        block_counts = [c[1] * c[2] for c in components]
-        if sum(block_counts) > _MAX_BLOCKS_IN_MCU:
-            return None
-    dc_tables, ac_tables = [], []
-    for _, dc, ac in selectors:
-        if dc > 3 or ac > 3 or (0, dc) not in huffman or (1, ac) not in huffman:
-            return None
-        dc_tables.append((dc, *huffman[(0, dc)]))
-        ac_tables.append(huffman[(1, ac)])
-    component_of_block = np.repeat(np.arange(count, dtype=np.int64), block_counts)
-    return (columns * rows, component_of_block), dc_tables, ac_tables
-
-
-def _table_arrays(dc_tables, ac_tables) -> tuple[np.ndarray, np.ndarray]:
-    """Per scan component c, its DC table as table 2c and its AC table as 2c + 1: (code counts per length,
-    symbols), as arrays for :func:`_build_tables`."""
-    tables = [t for pair in zip(dc_tables, ac_tables) for t in pair]
-    counts = np.frombuffer(b"".join(c for c, _ in tables), np.uint8).reshape(len(tables), 16)
-    symbols = np.frombuffer(b"".join(v.ljust(256, b"\0") for _, v in tables), np.uint8).reshape(len(tables), 256)
-    return counts, symbols
+                return fail
+            old_interval = (np.int64(data[body]) << 8) | np.int64(data[body + 1])
+            drops[dropped] = position
+            dropped += 1
+        elif marker == 0xDA:  # SOS: every component, in frame order, sequential (Ss=0, Se=63, Ah=Al=0)
+            if components == 0 or length != 6 + 2 * components or data[body] != components:
+                return fail
+            if data[end - 3] != 0 or data[end - 2] != 63 or data[end - 1] != 0:
+                return fail
+            counts = np.zeros((2 * components, 16), np.uint8)
+            symbols = np.zeros((2 * components, 256), np.uint8)
+            dc_ids = np.zeros(components, np.int64)
+            blocks = 0
+            for c in range(components):
+                selector, dc, ac = data[body + 1 + 2 * c], data[body + 2 + 2 * c] >> 4, data[body + 2 + 2 * c] & 15
+                if selector != identifiers[c] or dc > 3 or ac > 3 or not defined[dc] or not defined[4 + ac]:
+                    return fail
+                counts[2 * c], symbols[2 * c] = table_counts[dc], table_symbols[dc]
+                counts[2 * c + 1], symbols[2 * c + 1] = table_counts[4 + ac], table_symbols[4 + ac]
+                dc_ids[c] = dc
+                blocks += horizontal[c] * vertical[c]
+            widest, tallest = horizontal[:components].max(), vertical[:components].max()
+            if components == 1:  # a one-component scan is not interleaved: an MCU is one block
+                columns = ((width * horizontal[0] + widest - 1) // widest + 7) // 8
+                rows = ((height * vertical[0] + tallest - 1) // tallest + 7) // 8
+                component_of_block = np.zeros(1, np.int64)
+            else:
+                if blocks > _MAX_BLOCKS_IN_MCU:
+                    return fail
+                columns, rows = (width + 8 * widest - 1) // (8 * widest), (height + 8 * tallest - 1) // (8 * tallest)
+                component_of_block = np.zeros(blocks, np.int64)
+                block = 0
+                for c in range(components):
+                    for _ in range(horizontal[c] * vertical[c]):
+                        component_of_block[block] = c
+                        block += 1
+            return (position, end, old_interval, columns * rows, component_of_block, counts, symbols, dc_ids,
+                    drops[:dropped])
+        position = end
 
 
 @numba.njit(cache=True, nogil=True)
