@@ -9,7 +9,9 @@ a crop needs into a small JPEG of its own (frame size patched, RST markers renum
 :func:`add_restart_markers` transcodes without re-encoding (ITU T.81, Huffman-coded sequential frames): the
 quantized coefficients stay exactly the same, so the decoded pixels do. Only the DC differences are recomputed
 (from the absolute DC values and the predictors the new restarts reset) and Huffman-coded with the file's own DC
-tables; every block's AC bits are copied verbatim. The header is kept byte for byte but for the DRI segment.
+tables; every block's AC bits are copied verbatim. The header is kept byte for byte but for the DRI segment,
+and a DHT segment redefining a DC table that lacks a category a restart needs (optimized tables often do).
+Bytes after EOI are dropped.
 
 :func:`choose_interval` picks an interval that divides an MCU row, so that every row holds whole segments
 (about 64 pixels wide: four 16-pixel MCUs).
@@ -56,8 +58,9 @@ def add_restart_markers(data: bytes, interval: int) -> bytes | None:
     exactly the same pixels.
 
     None when this JPEG cannot be transcoded: anything but one scan of all components of a Huffman-coded
-    sequential 8-bit frame (SOF0/SOF1), or a DC difference whose category has no code in its Huffman table, or
-    malformed data (a truncated scan, restart markers out of sequence, data after the scan other than EOI).
+    sequential 8-bit frame (SOF0/SOF1), ending in EOI (progressive, arithmetic-coded, lossless, 12-bit and
+    multi-scan JPEGs give None), or malformed data (a truncated scan, restart markers out of sequence, invalid
+    Huffman tables). A DC table without a code for a category a restart needs is redefined (Annex K.3's).
     Never raises on any ``data``; raises ValueError only for an ``interval`` outside 1..65535.
     """
     if not 1 <= interval <= 0xFFFF:
