@@ -4,7 +4,8 @@ at a time, rounds alternating.
     python benchmarks/crop_pipeline_profile.py [--images N] [--repeats R]
 
 On the benchmark suite's photos (``make_jpegs``, ~256 and ~500 px) and its crops (the loader's key for epoch 0):
-the decoder's own decode step (:meth:`decoded_crop`, what the suite's crop-rows limit runs), the decode and the
+the decoder's own decode step (:meth:`decoded_crop` on the JPEGs as the field stores them, what the suite's
+crop-only limit runs), the decode and the
 resize into the batch (:func:`resize_into`), then the Loader with ``num_workers=0`` (the same work plus reading
 the file, Python per sample and per batch, and gathering into the batch) with the decoder alone, with the flip,
 and with ``ToTensor`` + ``ToTorchImage``. ``time.process_time``: CPU time, which a host loaded by other processes
@@ -23,6 +24,7 @@ import numpy as np
 import simplejpeg
 
 from beton import Loader, OrderOption
+from beton.codecs.jpeg_restarts import with_restart_markers
 from beton.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
 from beton.decoders.rgb_image import resize_into
 from beton.pipeline.operation import Scratch
@@ -39,7 +41,7 @@ def steps(jpegs: list[bytes], path: str) -> dict:
     """Each step: a function doing one pass over every image."""
     decoder = RandomResizedCropRGBImageDecoder((160, 160))
     key = operation_key(0, 0, 0, 0)  # the loader's key for the image decoder in epoch 0
-    payloads = [np.frombuffer(jpeg, np.uint8) for jpeg in jpegs]
+    payloads = [np.frombuffer(with_restart_markers(jpeg), np.uint8) for jpeg in jpegs]  # as stored
     shapes = [(*simplejpeg.decode_jpeg_header(jpeg)[:2], 3) for jpeg in jpegs]
     scratch, out = Scratch(), np.empty((160, 160, 3), np.uint8)
 
@@ -55,7 +57,7 @@ def steps(jpegs: list[bytes], path: str) -> dict:
                        pipelines={"image": [decoder, *operations], "label": [IntDecoder(), ToTensor()]})
         return lambda: sum(len(labels) for _, labels in built)
 
-    return {"decode (crop rows)": lambda: decode(False), "decode + resize": lambda: decode(True),
+    return {"decode (crop only)": lambda: decode(False), "decode + resize": lambda: decode(True),
             "Loader: decoder": loader(), "Loader: decoder + flip": loader(RandomHorizontalFlip()),
             "Loader: decoder + flip + ToTensor + ToTorchImage": loader(RandomHorizontalFlip(), ToTensor(),
                                                                        ToTorchImage())}
@@ -71,7 +73,7 @@ def profile(jpegs: list[bytes], path: str, repeats: int) -> dict:
             start = time.process_time()
             function()
             times[name].append((time.process_time() - start) / len(jpegs) * 1e6)
-    decode = times["decode (crop rows)"]
+    decode = times["decode (crop only)"]
     return {"us_per_image_median": {name: round(statistics.median(values), 1) for name, values in times.items()},
             "over_decode_paired_median": {name: round(statistics.median(v / d for v, d in zip(values, decode)), 3)
                                           for name, values in times.items()}}

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+import simplejpeg
 
-__all__ = ["add_restart_markers", "choose_interval"]
+from beton.codecs.jpeg_layout import frame_size, jpeg_layout
+
+__all__ = ["add_restart_markers", "choose_interval", "with_restart_markers"]
 
 _LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
 _MAX_DC_CATEGORY = 11  # 8-bit samples: DC differences up to 2047 in magnitude
 _MAX_DC = 32767  # libjpeg stores DC coefficients as 16-bit JCOEF: larger sums would wrap
+_SLACK = 1 << 16  # bytes an output may grow by beyond twice its scan: tiny images' markers and DC codes
 _NO_DC_CODE = -2  # what the kernel returns when a DC table has no code for a difference's category
 # T.81 Annex K.3.1's luminance DC table: a code for each of the categories 0..11
 _FULL_DC_COUNTS = bytes([0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
@@ -51,6 +55,33 @@ def choose_interval(mcus_per_row: int) -> int:
     if not divisors:
         return mcus_per_row
     return min(divisors, key=lambda d: (abs(d - 4), -d))
+
+
+def with_restart_markers(data: bytes) -> bytes:
+    """``data`` as beton's image field stores JPEGs: with a restart marker every :func:`choose_interval` MCUs,
+    added by :func:`add_restart_markers`; ``data`` itself when it has them at that interval already or cannot
+    carry them (progressive, arithmetic-coded...).
+
+    Damaged data is returned as it is, so that its damage stays visible: the transcoder reads some damage (data
+    left over in a segment, for one) as valid coefficients and would write a clean JPEG of them. Only what
+    libjpeg-turbo decodes without a warning is transcoded (checked by a decode at 1/8 scale, which still reads
+    every Huffman code).
+    """
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    if layout is None:
+        return data
+    width = frame_size(payload, layout.frame)[1]
+    if width < 1:
+        return data
+    interval = choose_interval(-(-width // layout.mcu_width))
+    if layout.restart_interval == interval:
+        return data
+    try:
+        simplejpeg.decode_jpeg(data, min_factor=8, min_height=1, min_width=1)  # strict: warnings raise
+    except ValueError:
+        return data
+    return add_restart_markers(data, interval) or data
 
 
 def add_restart_markers(data: bytes, interval: int) -> bytes | None:
@@ -247,8 +278,11 @@ def _restart_scan(data, scan_start, old_interval, interval, mcus, component_of_b
         return nothing, -1
     new_restarts = (mcus + interval - 1) // interval - 1
     # bits out ≤ bits in + a DC code and value (≤ 16 + 11 bits) a block + 7 bits of padding a restart; byte
-    # stuffing at most doubles that; 2 bytes a marker. Blocks are bounded by the input's size (above).
-    capacity = 2 * (unstuffed_size + 4 * blocks + new_restarts + 1) + 2 * new_restarts
+    # stuffing at most doubles that; 2 bytes a marker. Blocks are bounded by the input's size (above), but
+    # that bound is 34 times the input: a scan that grows past twice its size (photos grow by a few percent)
+    # is left as it is (the transcode runs out of room and gives None).
+    capacity = min(2 * (unstuffed_size + 4 * blocks + new_restarts + 1) + 2 * new_restarts,
+                   2 * unstuffed_size + _SLACK)
     output = np.empty(capacity, np.uint8)
     look_length, look_symbol, ac_step, max_code, value_offset, table_symbols, dc_code, dc_length = \
         _build_tables(counts, symbols)

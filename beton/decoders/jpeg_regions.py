@@ -96,7 +96,7 @@ def restart_window(layout: JpegLayout, height: int, width: int, region: tuple[in
     """
     interval = layout.restart_interval
     per_row = -(-width // layout.mcu_width)
-    if interval <= 0:
+    if interval <= 0 or per_row <= 0 or height <= 0:
         return None
     if per_row % interval == 0:  # several segments in each MCU row
         unit_height, unit_width, columns = layout.mcu_height, interval * layout.mcu_width, per_row // interval

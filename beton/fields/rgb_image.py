@@ -4,7 +4,7 @@ Write modes:
 
 * ``raw``: the pixels as they are (uint8, or uint16; 1, 3 or 4 channels): no decode cost, most bytes.
 * ``jpg``: JPEG (1 or 3 channels, uint8). JPEG bytes given as input are stored **as they are** when no
-  resize is needed (no generation loss, fast conversion of folders of JPEGs).
+  resize is needed (no generation loss, fast conversion of folders of JPEGs), but for the restart markers below.
 * ``smart``: JPEG when the raw pixels would take more than ``smart_threshold`` bytes, raw otherwise (raw for
   every image without a threshold, as in FFCV).
 * ``proportion``: JPEG with probability ``compress_probability``, drawn per sample from the writer's seeded
@@ -25,6 +25,11 @@ Write modes:
   their crop touches.
 
 ``max_resolution`` shrinks any image whose longer side is larger, keeping its aspect ratio (INTER_AREA).
+
+``restart_markers`` (on by default): every sequential JPEG the field stores, given or encoded, gets a restart
+marker every few MCUs, added losslessly (:mod:`beton.codecs.jpeg_restarts`: the same coefficients, so the same
+pixels, for a few percent more bytes), so that the crop decoders decode only the segments a crop touches
+(:mod:`beton.decoders.jpeg_regions`). Off, given JPEG bytes are stored byte for byte.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from beton.codecs.image_record import (
     PROGRESSIVE_RECORD,
     raw_view,
 )
+from beton.codecs.jpeg_restarts import with_restart_markers
 from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
@@ -84,6 +90,7 @@ class RGBImageField(Field):
         channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
         dtype: "uint8", or "uint16" (raw and lossless only).
         scan_grouped: "progressive" only: group scans within pages, so fidelity k reads a prefix of each page.
+        restart_markers: add restart markers to the sequential JPEGs stored (lossless; see the module docstring).
     """
 
     write_mode: str = "raw"
@@ -94,6 +101,7 @@ class RGBImageField(Field):
     channels: int = 3
     dtype: str = "uint8"
     scan_grouped: bool = False
+    restart_markers: bool = True
 
     type_name = "beton.RGBImageField"
     has_payload = True
@@ -145,7 +153,7 @@ class RGBImageField(Field):
             wants_jpeg = self._choose_jpeg(height * width * self.channels, context, given_jpeg=True)
             keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
             if wants_jpeg and keeps_size and decodable:  # stored as they are: no generation loss
-                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), data)
+                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), self._segmented(data))
             pixels = self._resized(self._as_pixels(_decode_for_rewrite(data, self.channels)))
         else:
             pixels = self._resized(self._as_pixels(value))
@@ -159,8 +167,12 @@ class RGBImageField(Field):
         if wants_jpeg:
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
                                              colorspace=JPEG_COLORSPACES[self.channels], colorsubsampling="420")
-            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
+            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
+                           self._segmented(payload))
         return Encoded((IMAGE_MODES["raw"], self.channels, 0, pixels.shape[0], pixels.shape[1]), pixels.tobytes())
+
+    def _segmented(self, jpeg: bytes) -> bytes:
+        return with_restart_markers(jpeg) if self.restart_markers else jpeg
 
     def _encode_progressive(self, pixels: np.ndarray, subsampling: str) -> Encoded:
         """Progressive JPEG; a converted JPEG keeps its chroma subsampling (4:4:4 to 4:2:0 would cost ~20 dB)."""

@@ -12,7 +12,7 @@ import simplejpeg
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval
+from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval, with_restart_markers
 from beton.tools.sample_photos import load_photo
 
 SUBSAMPLINGS = ("444", "422", "420", "440", "411")
@@ -224,3 +224,28 @@ def test_damaged_jpegs_never_raise(source, cut, flips, interval):
         return
     if expected is not None:
         np.testing.assert_array_equal(decoded, expected)
+
+
+def test_the_field_s_transcode_picks_the_interval_and_leaves_what_it_cannot_carry():
+    data = simplejpeg_jpeg(photo("coffee", 200, 300), 90, "420")  # 19 MCUs a row: no divisor in 2..8
+    stored = with_restart_markers(data)
+    assert segments(stored)["dri"] == choose_interval(19) == 19
+    np.testing.assert_array_equal(simplejpeg.decode_jpeg(stored), simplejpeg.decode_jpeg(data))
+    wide = simplejpeg_jpeg(photo("coffee", 200, 320), 90, "420")  # 20 MCUs a row: segments of 4
+    assert segments(with_restart_markers(wide))["dri"] == 4
+    assert with_restart_markers(with_restart_markers(wide)) == with_restart_markers(wide)  # already segmented
+    progressive = cv2_jpeg(photo("coffee", 64, 64), 90, PROGRESSIVE=1)
+    assert with_restart_markers(progressive) == progressive
+
+
+def test_damaged_jpegs_are_not_made_to_look_whole():
+    """The transcoder reads zeroed data at the end of the scan as coefficients and writes a JPEG that decodes
+    cleanly; the field's transcode keeps the damaged bytes, which the decoders then report."""
+    data = bytearray(simplejpeg_jpeg(photo("astronaut", 256, 96), 90, "420"))
+    data[-400:-200] = bytes(200)
+    damaged = bytes(data)
+    with pytest.raises(ValueError):
+        simplejpeg.decode_jpeg(damaged)
+    assert add_restart_markers(damaged, 2) is not None  # the leniency the field's check guards against
+    simplejpeg.decode_jpeg(add_restart_markers(damaged, 2))
+    assert with_restart_markers(damaged) == damaged

@@ -16,6 +16,7 @@ import torch
 
 import beton
 from beton import Loader, OrderOption
+from beton.codecs.jpeg_restarts import with_restart_markers
 from beton.errors import DecodeError, EncodeError, FieldError, PipelineError
 from beton.fields import IntField, RGBImageField
 from beton.decoders import (
@@ -86,9 +87,17 @@ def test_grayscale_jpeg_round_trip(tmp_path):
 
 def test_existing_jpegs_are_stored_as_they_are(tmp_path):
     jpegs = [simplejpeg.encode_jpeg(image, quality=75) for image in PHOTOS[:6]]
-    path = write(tmp_path / "j.beton", {"image": RGBImageField(write_mode="jpg")}, [(j,) for j in jpegs])
+    path = write(tmp_path / "i.beton", {"image": RGBImageField(write_mode="jpg", restart_markers=False)},
+                 [(j,) for j in jpegs])
     with beton.Reader(path) as reader:
         assert [reader.payload(i, "image").tobytes() for i in range(6)] == jpegs
+    # by default with restart markers added losslessly: their coefficients as they are, so their pixels
+    path = write(tmp_path / "j.beton", {"image": RGBImageField(write_mode="jpg")}, [(j,) for j in jpegs])
+    with beton.Reader(path) as reader:
+        for i in range(6):
+            stored = reader.payload(i, "image").tobytes()
+            assert stored == with_restart_markers(jpegs[i]) != jpegs[i] and b"\xff\xdd" in stored  # DRI
+            np.testing.assert_array_equal(reader[i][0], simplejpeg.decode_jpeg(jpegs[i]))
     # too large for max_resolution: decoded, shrunk and re-encoded
     path = write(tmp_path / "k.beton", {"image": RGBImageField(write_mode="jpg", max_resolution=40)},
                  [(j,) for j in jpegs])
@@ -146,7 +155,7 @@ def test_proportion_draws_once_per_jpeg_given_as_bytes(tmp_path):
         modes = reader.data_table["image"]["mode"]
         assert 0.42 < modes.mean() < 0.58
         for i in np.flatnonzero(modes == 1)[:20]:
-            assert bytes(reader.payload(int(i), "image")) == jpegs[i][0]
+            assert bytes(reader.payload(int(i), "image")) == with_restart_markers(jpegs[i][0])  # not re-encoded
 
 
 def test_balanced_mode_keeps_jpeg_bytes_and_stores_pixels_raw(tmp_path):
@@ -154,7 +163,7 @@ def test_balanced_mode_keeps_jpeg_bytes_and_stores_pixels_raw(tmp_path):
     path = write(tmp_path / "b.beton", {"image": RGBImageField(write_mode="balanced")}, [(jpeg,), (pixels,)])
     with beton.Reader(path) as reader:
         assert reader.data_table["image"]["mode"].tolist() == [1, 0]
-        assert bytes(reader.payload(0, "image")) == jpeg
+        assert bytes(reader.payload(0, "image")) == with_restart_markers(jpeg)  # not re-encoded
         np.testing.assert_array_equal(reader[1][0], pixels)
 
 
@@ -445,3 +454,24 @@ def test_a_center_crop_ratio_outside_zero_to_one_is_refused_when_built(ratio):
     0 or nan gave 1-pixel crops."""
     with pytest.raises(PipelineError, match=r"a number in \(0, 1\]"):
         CenterCropRGBImageDecoder((64, 64), ratio=ratio)
+
+
+@pytest.mark.parametrize("decoder", [RandomResizedCropRGBImageDecoder, CenterCropRGBImageDecoder])
+@pytest.mark.parametrize("fast", [True, False])
+def test_restart_markers_change_no_pixel_the_loader_serves(tmp_path, decoder, fast):
+    """The stored JPEGs differ (restart markers), the crops decoded from a few of their segments do not."""
+    jpegs = [simplejpeg.encode_jpeg(photo_crop(i, 90 + 37 * (i % 5), 300 - 41 * (i % 4)), quality=90)
+             for i in range(20)]
+    paths = [write(tmp_path / f"{markers}.beton", {"image": RGBImageField(write_mode="jpg", restart_markers=markers),
+                                                   "label": IntField()}, [(j, i) for i, j in enumerate(jpegs)])
+             for markers in (True, False)]
+
+    def batches(path):
+        with Loader(path, batch_size=8, num_workers=2, seed=3, copy=True, order=OrderOption.RANDOM,
+                    pipelines={"image": [decoder((40, 40), fast_upsample=fast), ToTensor()]}) as loader:
+            return [b.numpy() for epoch in range(2) for b, _ in loader]
+
+    with beton.Reader(paths[0]) as reader:
+        assert all(b"\xff\xdd" in reader.payload(i, "image").tobytes() for i in range(20))
+    for segmented, whole in zip(batches(paths[0]), batches(paths[1])):
+        np.testing.assert_array_equal(segmented, whole)

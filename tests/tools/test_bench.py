@@ -29,7 +29,7 @@ def test_the_limits_are_the_decoders_own_decode_step(kind, size):
 
 
 def test_the_resize_limit_resizes_each_crop_as_the_decoder_does(monkeypatch):
-    """The crop-rows + resize limit calls the decoder's own resize once per image, on the decoded crop and its
+    """The crop-only + resize limit calls the decoder's own resize once per image, on the decoded crop and its
     mapped rectangle, into an output of the task's size; the other limits never resize."""
     task = c.ImageTask("rrc", 160, 8)
     jpegs = make_jpegs(6, 500)

@@ -72,8 +72,8 @@ def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted |
 
 #: beton_share's key -> the limit's name in the results, and DecodeLimit's rows and resize
 _LIMITS = {"whole": ("decode limit (whole image)", "whole", False),
-           "crop": ("decode limit (crop rows)", "crop", False),
-           "crop+resize": ("decode (crop rows) + resize limit", "crop", True)}
+           "crop": ("decode limit (crop only)", "crop", False),
+           "crop+resize": ("decode (crop only) + resize limit", "crop", True)}
 
 
 def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
@@ -243,8 +243,8 @@ def markdown_table(result: dict) -> str:
             for name, rate in values["images_per_s"].items():
                 ratio = values.get("beton_over", {}).get(name, 1.0)
                 lines.append(f"| {title} | {name} | {rate:,} | {ratio:.2f} |")
-    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-rows limit, "
-              f"{share['crop+resize']:.2f} of the crop-rows + resize limit"
+    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-only limit, "
+              f"{share['crop+resize']:.2f} of the crop-only + resize limit"
               for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
     if shares:
         lines += ["", "beton's share of the decode limits (paired ratios):", *shares]
