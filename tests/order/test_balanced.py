@@ -20,6 +20,7 @@ from beton.order import BalancedOrder, OrderContext
 from beton.order.balanced import batch_composition
 from beton.transforms import ToTensor
 from beton.tools.tune import HostProfile, plan_mix, tune, write_balanced
+from beton.codecs.jpeg_restarts import with_restart_markers
 
 from cli_runs import run_cli
 from conftest import write
@@ -114,7 +115,7 @@ def test_balanced_file_keeps_jpegs_as_they_are_and_stores_the_chosen_images_raw(
             if modes[i] == 0:
                 np.testing.assert_array_equal(balanced[i][0], source[i][0])
             else:
-                assert bytes(balanced.payload(i, "image")) == JPEGS[i]
+                assert bytes(balanced.payload(i, "image")) == with_restart_markers(JPEGS[i])
             assert balanced[i][1] == i
     with Loader(output, batch_size=16, order=OrderOption.BALANCED, seed=5, num_workers=2,
                 pipelines={"image": [RandomResizedCropRGBImageDecoder((24, 24)), ToTensor()],

@@ -325,7 +325,11 @@ def shard_with_a_huge_member(path, size: int) -> None:
 
 WEBDATASET_PEAK = GROWTH + textwrap.dedent("""
     import sys
+    import numpy as np, simplejpeg
     import beton.convert
+    from beton.codecs.jpeg_restarts import with_restart_markers
+    # numba's runtime and the compiled JPEG transcode load before the peak is reset: the peak is the conversion's
+    with_restart_markers(simplejpeg.encode_jpeg(np.zeros((16, 32, 3), np.uint8)))
     before = reset_peak()
     report = beton.convert.webdataset(sys.argv[1], sys.argv[2], num_workers=0, progress=False, on_error="skip",
                                       max_file_bytes=int(sys.argv[3]))

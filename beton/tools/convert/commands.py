@@ -95,7 +95,7 @@ def _assignment(kinds: tuple[str, ...]) -> Any:
 def _add_image_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("images")
     group.add_argument("--write-mode", choices=WRITE_MODES, default=None,
-                       help="how images are stored: jpg (default: JPEG files kept as they are, other formats "
+                       help="how images are stored: jpg (default: JPEG files kept, not re-encoded, other formats "
                             "encoded), raw pixels, lossless (default with --keep-alpha/--keep-depth), smart, "
                             "proportion, progressive, balanced")
     group.add_argument("--max-resolution", type=positive_argument, default=None, metavar="PX",
@@ -113,6 +113,9 @@ def _add_image_options(parser: argparse.ArgumentParser) -> None:
                        help="store RGBA (4 channels, losslessly) instead of dropping alpha channels")
     group.add_argument("--keep-depth", action="store_true",
                        help="store 16 bits per sample (losslessly) instead of reducing 16-bit images to 8 bits")
+    group.add_argument("--no-restart-markers", dest="restart_markers", action="store_false",
+                       help="store JPEG files byte for byte (default: restart markers are added losslessly, the same "
+                            "pixels, so that crop decoders decode only the part of each image a crop needs)")
     group.add_argument("--max-image-pixels", type=_pixels, default=DEFAULT_MAX_IMAGE_PIXELS, metavar="N",
                        help="refuse image files whose header declares more pixels (width x height), before "
                             f"decoding them (default {DEFAULT_MAX_IMAGE_PIXELS}, the readers' cap; 'none': no cap)")
@@ -143,7 +146,7 @@ def _image_options(arguments: argparse.Namespace) -> dict[str, Any]:
             "jpeg_quality": arguments.jpeg_quality, "smart_threshold": arguments.smart_threshold,
             "compress_probability": arguments.compress_probability, "channels": arguments.channels,
             "keep_alpha": arguments.keep_alpha, "keep_depth": arguments.keep_depth,
-            "max_image_pixels": arguments.max_image_pixels}
+            "max_image_pixels": arguments.max_image_pixels, "restart_markers": arguments.restart_markers}
 
 
 def _add_common_options(parser: argparse.ArgumentParser, on_error: bool = True) -> None:

@@ -215,6 +215,8 @@ class ImageOptions:
         keep_depth: store 16 bits per sample instead of reducing 16-bit images to 8 (8-bit ones are scaled).
         max_image_pixels: the most pixels (width x height) an image file's header may declare; a file declaring
             more is refused before it is decoded (default: the readers' cap, 2^27; None: no cap).
+        restart_markers: add restart markers to the JPEGs stored, losslessly (RGBImageField's option; False
+            stores JPEG files byte for byte).
     """
 
     write_mode: str | None = None
@@ -226,6 +228,7 @@ class ImageOptions:
     keep_alpha: bool = False
     keep_depth: bool = False
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+    restart_markers: bool = True
 
     def field(self) -> ImageFileField:
         """The field these options describe; FieldError for options that do not go together."""
@@ -253,4 +256,4 @@ class ImageOptions:
                               compress_probability=self.compress_probability,
                               channels=4 if self.keep_alpha else self.channels,
                               dtype="uint16" if self.keep_depth else "uint8",
-                              max_image_pixels=self.max_image_pixels)
+                              max_image_pixels=self.max_image_pixels, restart_markers=self.restart_markers)
