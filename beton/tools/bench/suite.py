@@ -7,7 +7,7 @@ round (paired: a shared host's speed drifts between rounds, less within one). re
 a. RandomResizedCrop-160 + flip on ~256 px photo JPEGs      b. the same on ~500 px photos
 c. CenterCrop-224 (validation) on ~256 px photos             d. raw 3x32x32 uint8 arrays (CIFAR-like), batch 512
 e. time to the first batch in a fresh process, cold and warm kernel cache
-f. writer samples/s (JPEG bytes stored as they are; arrays encoded to JPEG)
+f. writer samples/s (JPEG bytes with restart markers added, and byte for byte; arrays encoded to JPEG)
 g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from the page cache before every
    epoch: bytes read from storage (/proc/self/io) and images/s
 
@@ -139,11 +139,13 @@ def _first_batch_scenario(path: str, directory: str) -> dict:
 
 def _writer_scenario(jpegs: list[bytes], directory: str) -> dict:
     result = {}
-    for name, dataset in (("JPEG bytes stored as they are", JpegDataset(jpegs)),
-                          ("arrays encoded to JPEG q90", c.DecodedJpegDataset(jpegs))):
+    for name, dataset, markers in (("JPEG bytes, restart markers added (default)", JpegDataset(jpegs), True),
+                                   ("JPEG bytes stored byte for byte", JpegDataset(jpegs), False),
+                                   ("arrays encoded to JPEG q90", c.DecodedJpegDataset(jpegs), True)):
         path = os.path.join(directory, "writer.beton")
         start = time.perf_counter()
-        DatasetWriter(path, {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, num_workers=c.WORKERS,
+        field = RGBImageField(write_mode="jpg", restart_markers=markers)
+        DatasetWriter(path, {"image": field, "label": IntField()}, num_workers=c.WORKERS,
                       progress=False).from_indexed_dataset(dataset)
         result[name] = round(len(jpegs) / (time.perf_counter() - start))
     return {"samples_per_s": result}
