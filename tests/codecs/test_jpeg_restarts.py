@@ -12,7 +12,9 @@ import simplejpeg
 from hypothesis import given
 from hypothesis import strategies as st
 
+from beton.codecs.jpeg_layout import jpeg_layout
 from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval, with_restart_markers
+from beton.decoders.jpeg_regions import decode_window, restart_window
 from beton.tools.sample_photos import load_photo
 
 SUBSAMPLINGS = ("444", "422", "420", "440", "411")
@@ -159,40 +161,23 @@ def test_choose_interval():
         choose_interval(0)
 
 
-def splice(info: dict, interval: int, rows: tuple[int, int], groups: tuple[int, int]) -> bytes:
-    """The sub-JPEG of MCU rows [r0, r1) × segment columns [g0, g1): frame size patched, the segments joined by
-    RST markers numbered from 0, EOI (what the crop decoders build)."""
-    (r0, r1), (g0, g1) = rows, groups
-    (mcu_height, mcu_width), (_, columns), (height, width) = info["mcu"], info["mcu_grid"], info["size"]
-    per_row = columns // interval
-    sub_height = min(r1 * mcu_height, height) - r0 * mcu_height
-    sub_width = min(g1 * interval * mcu_width, width) - g0 * interval * mcu_width
-    header = bytearray(info["header"])
-    header[info["sof"] + 5 : info["sof"] + 9] = sub_height.to_bytes(2, "big") + sub_width.to_bytes(2, "big")
-    chosen = [info["segments"][r * per_row + g] for r in range(r0, r1) for g in range(g0, g1)]
-    body = b"".join(segment + bytes([0xFF, 0xD0 + k % 8]) for k, segment in enumerate(chosen[:-1]))
-    return bytes(header) + body + chosen[-1] + b"\xff\xd9"
-
-
 @pytest.mark.parametrize("subsampling", SUBSAMPLINGS + ("gray",))
-def test_segments_splice_into_the_crop(subsampling):
+def test_the_crop_decoders_splice_the_segments_into_the_crop(subsampling):
+    """The transcoder's segments, spliced as the crop decoders splice them, decode to the full decode's pixels."""
     image = photo("chelsea", 83, 190)
     data = check_transcode(simplejpeg_jpeg(image, 85, subsampling), 1)  # any interval dividing a row
-    info = segments(data)
-    rows, columns = info["mcu_grid"]
-    interval = choose_interval(columns)
-    data = check_transcode(data, interval)
-    info = segments(data)
-    full = simplejpeg.decode_jpeg(data, fastupsample=True, colorspace="GRAY" if subsampling == "gray" else "RGB")
-    mcu_height, mcu_width = info["mcu"]
-    groups = columns // interval
-    for r0, r1, g0, g1 in [(0, rows, 0, groups), (1, 2, 1, 2), (0, 1, groups - 1, groups), (rows - 1, rows, 0, 1),
-                           (1, rows, 1, groups), (2, rows - 1, 0, groups - 1)]:
-        crop = simplejpeg.decode_jpeg(splice(info, interval, (r0, r1), (g0, g1)), fastupsample=True,
-                                      colorspace="GRAY" if subsampling == "gray" else "RGB")
-        left = g0 * interval * mcu_width
-        np.testing.assert_array_equal(crop, full[r0 * mcu_height : r1 * mcu_height,
-                                                 left : g1 * interval * mcu_width])
+    data = check_transcode(data, choose_interval(segments(data)["mcu_grid"][1]))
+    payload = np.frombuffer(data, np.uint8)
+    layout = jpeg_layout(payload)
+    colorspace = "GRAY" if subsampling == "gray" else "RGB"
+    full = simplejpeg.decode_jpeg(data, fastupsample=True, colorspace=colorspace)
+    for region in [(16, 32, 70, 100), (0, 10, 180, 190), (75, 83, 0, 5), (40, 83, 70, 190), (30, 60, 0, 120)]:
+        window = restart_window(layout, 83, 190, region, exact_upsampling=False)
+        out = np.empty((window.height, window.width, full.shape[2]), np.uint8)
+        assert decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8), out, colorspace=colorspace,
+                             min_width=window.width, fastupsample=True)
+        np.testing.assert_array_equal(out, full[window.top : window.top + window.height,
+                                                window.left : window.left + window.width])
 
 
 VALID = {"plain": simplejpeg_jpeg(photo("rocket", 24, 40), 80, "420"),

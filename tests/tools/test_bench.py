@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from beton.codecs.jpeg_restarts import with_restart_markers
 from beton.errors import DecodeError
 from beton.tools.bench import contenders as c
 from beton.tools.bench.data import make_jpegs
@@ -26,6 +27,9 @@ def test_the_limits_are_the_decoders_own_decode_step(kind, size):
         assert epoch_rate(limit) > 0 and limit.epoch == 1
     with pytest.raises(ValueError, match="rows"):
         c.DecodeLimit(jpegs, task, "some")
+    # the JPEGs as beton's field stores them (restart markers added), or as given for the crop-rows limit
+    assert [p.tobytes() for p in crop.payloads] == [with_restart_markers(j) for j in jpegs] != jpegs
+    assert [p.tobytes() for p in c.DecodeLimit(jpegs, task, "crop", restart_markers=False).payloads] == jpegs
 
 
 def test_the_resize_limit_resizes_each_crop_as_the_decoder_does(monkeypatch):

@@ -190,8 +190,8 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     scenarios = report["scenarios"]
     assert len(scenarios) == 7
     first = scenarios["a. RRC-160, ~256 px JPEGs"]
-    limits = {"whole": "decode limit (whole image)", "crop": "decode limit (crop only)",
-              "crop+resize": "decode (crop only) + resize limit"}
+    limits = {"whole": "decode limit (whole image)", "crop rows": "decode limit (crop rows, no restart markers)",
+              "crop": "decode limit (crop only)", "crop+resize": "decode (crop only) + resize limit"}
     assert first["images_per_s"]["beton"] > 0 and all(first["images_per_s"][name] > 0 for name in limits.values())
     assert "DALI (CPU)" in first["skipped"] or "DALI (CPU)" in first["images_per_s"]
     for rows, name in limits.items():
@@ -203,6 +203,7 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.count("| beton |") == 4
     assert (f"- a. RRC-160, ~256 px JPEGs: {first['beton_share']['whole']:.2f} of the whole-image limit, "
+            f"{first['beton_share']['crop rows']:.2f} of the crop-rows limit (no restart markers), "
             f"{first['beton_share']['crop']:.2f} of the crop-only limit, "
             f"{first['beton_share']['crop+resize']:.2f} of the crop-only + resize limit") in markdown
 

@@ -242,15 +242,16 @@ class DecodeLimit:
     """An upper bound for a loader of these JPEGs: the decode step of beton's crop decoder alone, in 2 threads.
 
     The JPEGs are decoded as beton's field stores them by default (with restart markers added,
-    :func:`~beton.codecs.jpeg_restarts.with_restart_markers`). Each image is cropped where the decoder crops it (its own :meth:`crop`) and decoded by the decoder's own
+    :func:`~beton.codecs.jpeg_restarts.with_restart_markers`), or as given (``restart_markers=False``). Each
+    image is cropped where the decoder crops it (its own :meth:`crop`) and decoded by the decoder's own
     :meth:`~beton.decoders.rgb_image.RandomResizedCropRGBImageDecoder.decoded_crop`: the DCT scale it picks,
     its upsampling setting, into per-thread scratch buffers; no flip, no batches, no file. ``rows``:
 
     * ``"whole"``: every row of the image at that scale (``decode_whole=True``), what any loader decoding
       whole JPEGs must do;
-    * ``"crop"``: only the part of the JPEG the crop needs (its restart segments), as the decoder does by
-      default: the ceiling of beton's own approach to decoding (beton can pass the whole-image limit, never
-      this one).
+    * ``"crop"``: only the part of the JPEG the crop needs, as the decoder does by default: its restart segments,
+      or without restart markers the MCU rows down to the crop's bottom. With restart markers, the ceiling of
+      beton's own approach to decoding (beton can pass the whole-image limit, never this one).
 
     With ``resize``, each decoded crop is also resized into one output image as the decoder resizes it
     (:func:`~beton.decoders.rgb_image.resize_into`): the least work the task itself takes, so that beton's share
@@ -259,12 +260,14 @@ class DecodeLimit:
     Image sizes are read once, up front, as the loader reads them from its data table.
     """
 
-    def __init__(self, jpegs: list[bytes], task: ImageTask, rows: str, seed: int = 0, resize: bool = False) -> None:
+    def __init__(self, jpegs: list[bytes], task: ImageTask, rows: str, seed: int = 0, resize: bool = False,
+                 restart_markers: bool = True) -> None:
         if rows not in ("whole", "crop"):
             raise ValueError(f"rows must be 'whole' or 'crop', got {rows!r}")
         self.decoder = dataclasses.replace(task.decoder, decode_whole=rows == "whole")
         self.resize = resize
-        self.payloads = [np.frombuffer(with_restart_markers(data), np.uint8) for data in jpegs]
+        self.payloads = [np.frombuffer(with_restart_markers(data) if restart_markers else data, np.uint8)
+                         for data in jpegs]
         self.shapes = [tuple(simplejpeg.decode_jpeg_header(data)[:2]) for data in jpegs]
         self.out_shape = (task.size, task.size, 3)
         self.seed, self.epoch = seed, 0

@@ -11,11 +11,13 @@ f. writer samples/s (JPEG bytes with restart markers added, and byte for byte; a
 g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from the page cache before every
    epoch: bytes read from storage (/proc/self/io) and images/s
 
-(a)-(c) also report three limits, beton's crop decoder's own steps alone in 2 threads (same crops, DCT scales
+(a)-(c) also report four limits, beton's crop decoder's own steps alone in 2 threads (same crops, DCT scales
 and decoder settings; no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`): the whole image
-decoded, what any loader of whole JPEGs needs; only the MCU rows each crop needs, the ceiling of beton's own
-approach to decoding; and those rows decoded and resized to the output, the least work of the task, whose
-share is what beton's loading costs beyond it. ``beton_share`` is beton's paired ratio to each.
+decoded, what any loader of whole JPEGs needs; the MCU rows down to each crop's bottom of the JPEGs as given
+(without the restart markers beton's field adds: how far decoding alone went before them); only the part of the
+JPEG each crop needs, as the field stores it, the ceiling of beton's own approach to decoding; and that part
+decoded and resized to the output, the least work of the task, whose share is what beton's loading costs beyond
+it. ``beton_share`` is beton's paired ratio to each.
 Contenders that are not installed (FFCV, DALI, WebDataset, Pillow, Mosaic Streaming, LitData) are skipped with
 the reason printed. Contenders that read files of their own (beton, FFCV, Mosaic Streaming, LitData) write them
 from the same JPEGs first; ``conversion_seconds`` keeps how long that took, timed apart from the epochs.
@@ -70,10 +72,11 @@ def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted |
     return result
 
 
-#: beton_share's key -> the limit's name in the results, and DecodeLimit's rows and resize
-_LIMITS = {"whole": ("decode limit (whole image)", "whole", False),
-           "crop": ("decode limit (crop only)", "crop", False),
-           "crop+resize": ("decode (crop only) + resize limit", "crop", True)}
+#: beton_share's key -> the limit's name in the results, and DecodeLimit's rows, resize and restart markers
+_LIMITS = {"whole": ("decode limit (whole image)", "whole", False, True),
+           "crop rows": ("decode limit (crop rows, no restart markers)", "crop", False, False),
+           "crop": ("decode limit (crop only)", "crop", False, True),
+           "crop+resize": ("decode (crop only) + resize limit", "crop", True, True)}
 
 
 def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageTask, repeats: int) -> dict:
@@ -86,8 +89,8 @@ def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageT
 
     result = measure_contenders({
         "beton": lambda: c.converted(lambda: c.write_beton_images(jpegs, path), lambda: c.beton_images(path, task)),
-        **{limit: (lambda rows=rows, resize=resize: c.DecodeLimit(jpegs, task, rows, resize=resize))
-           for limit, rows, resize in _LIMITS.values()},
+        **{limit: (lambda rows=rows, resize=resize, markers=markers: c.DecodeLimit(
+            jpegs, task, rows, resize=resize, restart_markers=markers)) for limit, rows, resize, markers in _LIMITS.values()},
         "FFCV 1.0.2": lambda: c.ffcv_images(jpegs, directory, task, name),
         "torch DataLoader (simplejpeg + cv2)": lambda: c.torch_images(jpegs, task, "simplejpeg"),
         "torch DataLoader (PIL)": lambda: c.torch_images(jpegs, task, "pil"),
@@ -97,7 +100,7 @@ def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageT
         "LitData": lambda: peers.litdata_images(jpegs, task, files("litdata")),
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
-    result["beton_share"] = {key: result["beton_over"][limit] for key, (limit, _, _) in _LIMITS.items()}
+    result["beton_share"] = {key: result["beton_over"][limit] for key, (limit, *_) in _LIMITS.items()}
     return result
 
 
@@ -245,7 +248,8 @@ def markdown_table(result: dict) -> str:
             for name, rate in values["images_per_s"].items():
                 ratio = values.get("beton_over", {}).get(name, 1.0)
                 lines.append(f"| {title} | {name} | {rate:,} | {ratio:.2f} |")
-    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop']:.2f} of the crop-only limit, "
+    shares = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop rows']:.2f} of the crop-rows "
+              f"limit (no restart markers), {share['crop']:.2f} of the crop-only limit, "
               f"{share['crop+resize']:.2f} of the crop-only + resize limit"
               for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
     if shares:
