@@ -130,32 +130,51 @@ def _widened(first: int, end: int, count: int, unit: int, size: int) -> tuple[in
     return first, end
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _next_marker(payload, words, position):
+    """Where the next marker at or after ``position`` starts (0xFF followed by neither a stuffed 0 nor another 0xFF,
+    a fill byte); -1 if none does before the end. Skips 8 bytes at a time while none of them is 0xFF (coded data
+    holds one about every 256 bytes): ``words`` is ``payload``'s whole 8-byte words, as uint64."""
+    size = payload.size
+    while position + 1 < size:
+        while position & 7 == 0 and (position >> 3) < words.size:
+            word = words[position >> 3]
+            if (~word - _ONES) & word & _HIGHS:  # a byte of ~word is 0: a byte of word is 0xFF
+                break
+            position += 8
+        if position + 1 >= size:
+            return -1
+        if payload[position] == 0xFF:
+            following = payload[position + 1]
+            if following != 0 and following != 0xFF:
+                return position
+            position += 1 if following == 0xFF else 2
+        else:
+            position += 1
+    return -1
+
+
 @numba.njit(nogil=True, cache=True)
-def _splice(payload, scan_start, frame, row0, row1, column0, column1, columns, segments, height, width, out):
+def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments, height, width, out):
     """Write into ``out`` the JPEG of the window's segments (see the module docstring); its length, or -1 if
     the entropy-coded data is not ``segments`` segments ended by restart markers numbered in sequence, or
     ``out`` is too small. Reads no further than the window's last segment."""
-    size = payload.size
     if scan_start > out.size or frame + 9 > scan_start:
         return -1
     out[:scan_start] = payload[:scan_start]
     out[frame + 5], out[frame + 6] = height >> 8, height & 0xFF  # the frame header's 16-bit height, width
     out[frame + 7], out[frame + 8] = width >> 8, width & 0xFF
     last = (row1 - 1) * columns + column1 - 1
-    written, position, start = scan_start, scan_start, scan_start
+    written, start = scan_start, scan_start
     restarts = 0  # markers written
     for segment in range(last + 1):
-        while True:  # to the marker that ends this segment: 0xFF but a stuffed 0 or a fill byte
-            if position + 1 >= size:
-                return -1
-            if payload[position] == 0xFF:
-                following = payload[position + 1]
-                if following == 0xFF:
-                    position += 1
-                    continue
-                if following != 0:
-                    break
-            position += 1
+        position = _next_marker(payload, words, start)  # the marker that ends this segment
+        if position < 0:
+            return -1
         following = payload[position + 1]
         if segment == segments - 1:
             if 0xD0 <= following <= 0xD7:
@@ -173,8 +192,7 @@ def _splice(payload, scan_start, frame, row0, row1, column0, column1, columns, s
             out[written + 1] = 0xD9 if segment == last else 0xD0 + (restarts & 7)  # EOI after the last
             written += 2
             restarts += 1
-        position += 2
-        start = position
+        start = position + 2
     return written
 
 
@@ -186,7 +204,8 @@ def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow
     a reusable array for the spliced JPEG. Raises ValueError, like ``simplejpeg.decode_jpeg``."""
     selected = (window.row1 - window.row0) * (window.column1 - window.column0)
     spliced = buffer(payload.size + 2 * selected + 2)
-    length = _splice(payload, layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
+    words = payload[: payload.size // 8 * 8].view(np.uint64)
+    length = _splice(payload, words, layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
                      window.column1, window.columns, window.segments, window.height, window.width, spliced)
     if length < 0:
         return False

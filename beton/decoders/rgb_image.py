@@ -51,6 +51,10 @@ _AREA_ABOVE_SHRINK = 3.0
 # Decode at 1/f only if the crop stays >= 1.25x the output: scaling the DCT right down to the output size
 # lost quality on high-frequency photos at no measurable gain in speed (docs/images.md).
 _DCT_MARGIN = 1.25
+# A window of restart segments is decoded instead of the rows above the crop's bottom only when it holds at most
+# this share of their pixels: finding the segments reads the coded data up to the window's end, which costs
+# about what decoding a few percent of the image does (docs/images.md, "Only the part of the JPEG a crop needs").
+_WINDOW_SHARE = 0.9
 
 
 @functools.cache
@@ -238,7 +242,8 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
         if layout is None:
             return _decode_rows(payload, layout, shape, factor, None, options, scratch), 0, 0
         window = restart_window(layout, height, width, region, exact_upsampling=not fast_upsample)
-        if window is not None:
+        rows = _rows_needed(height, factor, region[1], layout.mcu_height, fast_upsample)
+        if window is not None and window.height * window.width <= _WINDOW_SHARE * rows * width:
             image = scratch(-(-window.height // factor) * -(-window.width // factor) * channels).reshape(
                 -(-window.height // factor), -(-window.width // factor), channels)
             if decode_window(payload, layout, window, lambda nbytes: scratch(nbytes, "window"), image,
@@ -249,16 +254,20 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
 
 
+def _rows_needed(height: int, factor: int, bottom: int, mcu_height: int, fast_upsample: bool) -> int:
+    """Image rows to decode at 1/``factor`` for the decoded rows above image row ``bottom``: whole MCU rows."""
+    scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
+    return rows_to_decode(scaled_bottom * factor, height, mcu_height, not fast_upsample)
+
+
 def _decode_rows(payload: np.ndarray, layout: JpegLayout | None, shape: tuple[int, int, int], factor: int,
                  bottom: int | None, options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
     """Decode at 1/``factor`` the whole image, or with ``layout`` and ``bottom`` only its rows above ``bottom``."""
     height, width, channels = shape
     # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
     scaled_height, scaled_width = -(-height // factor), -(-width // factor)
-    rows = height
-    if layout is not None and bottom is not None:
-        scaled_bottom = min(scaled_height, -(-bottom // factor))  # the last decoded row the crop touches
-        rows = rows_to_decode(scaled_bottom * factor, height, layout.mcu_height, not options["fastupsample"])
+    rows = height if layout is None or bottom is None else \
+        _rows_needed(height, factor, bottom, layout.mcu_height, options["fastupsample"])
     decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
     image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
     if rows == height:

@@ -14,6 +14,7 @@ from beton.fields import IntField, RGBImageField
 from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder
 from beton.decoders.rgb_image import resize_into
 from beton.codecs.jpeg_layout import jpeg_layout
+from beton.codecs.jpeg_restarts import with_restart_markers
 from beton.decoders.jpeg_regions import decode_rows, decode_window, restart_window, rows_to_decode
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
@@ -286,3 +287,19 @@ def test_crops_resized_from_a_part_equal_those_from_the_whole_image(kind, size, 
         outputs.append(np.empty((out, out, 3), np.uint8))
         resize_into(image, outputs[-1], scaled, scratch=scratch)
     np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def test_a_small_crop_decodes_only_its_segments_and_a_large_one_the_rows_above_its_bottom():
+    data = with_restart_markers(encoded("420", 256, 256)[0])  # 16 MCUs a row: segments of 4 MCUs, 64 px
+    payload = np.frombuffer(data, np.uint8)
+
+    def scratch(nbytes, purpose="default"):
+        return np.empty(nbytes, np.uint8)
+
+    decoder = RandomResizedCropRGBImageDecoder((32, 32))
+    image, scaled = decoder.decoded_crop(payload, (256, 256, 3), (100, 120, 40, 40), (32, 32, 3), scratch)
+    assert image.shape[:2] == (48, 128) and scaled == (4, 56, 40, 40)  # MCU rows 6..8, segment columns 1..2
+    # the window (rows 16..223) would save too little of the rows above the bottom (0..223) to pay for finding
+    # its segments
+    image, scaled = decoder.decoded_crop(payload, (256, 256, 3), (16, 8, 200, 240), (32, 32, 3), scratch)
+    assert image.shape[:2] == (224 // 4, 256 // 4) and scaled == (4, 2, 50, 60)  # at 1/4 scale
