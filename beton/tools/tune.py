@@ -313,9 +313,12 @@ class _BalancedSource:
 
 
 def balanced_fields(reader: Reader, field: str) -> dict[str, Field]:
-    """The balanced file's fields: the source's, with ``field`` storing JPEG bytes as given and pixels raw."""
+    """The balanced file's fields: the source's, with ``field`` storing JPEG bytes as given and pixels raw.
+
+    JPEGs are copied byte for byte (no restart markers added where the source has none, as in FFCV's files),
+    so that the balanced file's size is what :func:`balanced_size` computes from the source's."""
     balanced = dataclasses.replace(reader.fields[field], write_mode="balanced", max_resolution=None,
-                                   scan_grouped=False)
+                                   scan_grouped=False, restart_markers=False)
     return {name: balanced if name == field else f for name, f in reader.fields.items()}
 
 

@@ -35,6 +35,14 @@ def jpeg_file(tmp_path_factory):
                  [(jpeg, i) for i, jpeg in enumerate(JPEGS)], page_size=16384)
 
 
+@pytest.fixture(scope="module")
+def verbatim_jpeg_file(tmp_path_factory):
+    """JPEGs without restart markers, as in FFCV's files."""
+    path = tmp_path_factory.mktemp("balanced") / "verbatim.beton"
+    return write(path, {"image": RGBImageField(write_mode="jpg", restart_markers=False), "label": IntField()},
+                 [(jpeg, i) for i, jpeg in enumerate(JPEGS)], page_size=16384)
+
+
 @given(raw=st.integers(0, 300), extra=st.integers(0, 300), batch_size=st.integers(1, 70))
 def test_batch_composition_adds_up_and_stays_within_one_of_each_share(raw, extra, batch_size):
     total = raw + extra
@@ -182,7 +190,9 @@ def test_every_rank_keeps_the_composition_when_its_part_is_whole_batches():
         assert [int((modes[mine[b : b + 16]] == 0).sum()) for b in range(0, len(mine), 16)] == [4] * 4
 
 
-def test_plans_state_the_file_size_and_keep_a_size_bound(jpeg_file, tmp_path):
+@pytest.mark.parametrize("source", ["jpeg_file", "verbatim_jpeg_file"])
+def test_plans_state_the_file_size_and_keep_a_size_bound(source, request, tmp_path):
+    jpeg_file = request.getfixturevalue(source)
     with beton.Reader(jpeg_file) as reader:
         source_size = len(reader.file_map)
         unbounded = plan_mix(reader, "image", profile(1e12), batch_size=16)
