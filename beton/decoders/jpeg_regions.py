@@ -19,7 +19,7 @@ reports it as a warning ("N extraneous bytes before marker"); simplejpeg's stric
 ValueError *after* the rows were written into our buffer, so :func:`decode_rows` accepts exactly that warning
 and keeps every other one an error (damaged data inside the decoded rows still raises, as in a full decode).
 
-What each saves is in docs/images.md ("Only the part of the JPEG the crop needs"). Progressive JPEGs (every
+What each saves is in docs/images.md ("Only the part of the JPEG a crop needs"). Progressive JPEGs (every
 scan covers the whole image) and multi-scan sequential ones are decoded whole.
 """
 
@@ -137,8 +137,8 @@ _HIGHS = np.uint64(0x8080808080808080)
 @numba.njit(nogil=True, cache=True, inline="always")
 def _next_marker(payload, words, position):
     """Where the next marker at or after ``position`` starts (0xFF followed by neither a stuffed 0 nor another 0xFF,
-    a fill byte); -1 if none does before the end. Skips 8 bytes at a time while none of them is 0xFF (coded data
-    holds one about every 256 bytes): ``words`` is ``payload``'s whole 8-byte words, as uint64."""
+    a fill byte); -1 if none does before the end. Skips 8 bytes at a time while none of them is 0xFF (about one
+    byte in a hundred of photos' coded data is): ``words`` is ``payload``'s whole 8-byte words, as uint64."""
     size = payload.size
     while position + 1 < size:
         while position & 7 == 0 and (position >> 3) < words.size:

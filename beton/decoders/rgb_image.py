@@ -241,34 +241,27 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
             raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
                              f"{width}x{height}")
         if layout is None:
-            return _decode_rows(payload, layout, shape, factor, None, options, scratch), 0, 0
+            return _decode_rows(payload, None, shape, factor, height, options, scratch), 0, 0
+        scaled_bottom = min(-(-height // factor), -(-region[1] // factor))  # the last decoded row the crop touches
+        rows = rows_to_decode(scaled_bottom * factor, height, layout.mcu_height, not fast_upsample)
         window = restart_window(layout, height, width, region, exact_upsampling=not fast_upsample)
-        rows = _rows_needed(height, factor, region[1], layout.mcu_height, fast_upsample)
         if window is not None and window.height * window.width <= _WINDOW_SHARE * rows * width:
             image = scratch(-(-window.height // factor) * -(-window.width // factor) * channels).reshape(
                 -(-window.height // factor), -(-window.width // factor), channels)
             if decode_window(payload, layout, window, lambda nbytes: scratch(nbytes, "window"), image,
                              min_width=image.shape[1], **options):
                 return image, window.top, window.left
-        return _decode_rows(payload, layout, shape, factor, region[1], options, scratch), 0, 0
+        return _decode_rows(payload, layout, shape, factor, rows, options, scratch), 0, 0
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
 
 
-def _rows_needed(height: int, factor: int, bottom: int, mcu_height: int, fast_upsample: bool) -> int:
-    """Image rows to decode at 1/``factor`` for the decoded rows above image row ``bottom``: whole MCU rows."""
-    scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
-    return rows_to_decode(scaled_bottom * factor, height, mcu_height, not fast_upsample)
-
-
 def _decode_rows(payload: np.ndarray, layout: JpegLayout | None, shape: tuple[int, int, int], factor: int,
-                 bottom: int | None, options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
-    """Decode at 1/``factor`` the whole image, or with ``layout`` and ``bottom`` only its rows above ``bottom``."""
+                 rows: int, options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
+    """Decode at 1/``factor`` the image's top ``rows`` rows: all of them, or whole MCU rows of ``layout``."""
     height, width, channels = shape
     # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
     scaled_height, scaled_width = -(-height // factor), -(-width // factor)
-    rows = height if layout is None or bottom is None else \
-        _rows_needed(height, factor, bottom, layout.mcu_height, options["fastupsample"])
     decoded_height = scaled_height if rows == height else rows // factor  # whole MCU rows: factor divides
     image = scratch(decoded_height * scaled_width * channels).reshape(decoded_height, scaled_width, channels)
     if rows == height:

@@ -3,8 +3,8 @@
 Write modes:
 
 * ``raw``: the pixels as they are (uint8, or uint16; 1, 3 or 4 channels): no decode cost, most bytes.
-* ``jpg``: JPEG (1 or 3 channels, uint8). JPEG bytes given as input are stored **as they are** when no
-  resize is needed (no generation loss, fast conversion of folders of JPEGs), but for the restart markers below.
+* ``jpg``: JPEG (1 or 3 channels, uint8). JPEG bytes given as input are **not re-encoded** when no resize is
+  needed (no generation loss); restart markers are added to them losslessly (below).
 * ``smart``: JPEG when the raw pixels would take more than ``smart_threshold`` bytes, raw otherwise (raw for
   every image without a threshold, as in FFCV).
 * ``proportion``: JPEG with probability ``compress_probability``, drawn per sample from the writer's seeded
