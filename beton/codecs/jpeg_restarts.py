@@ -71,8 +71,10 @@ def with_restart_markers(data: bytes) -> bytes:
     layout = jpeg_layout(payload)
     if layout is None:
         return data
-    width = frame_size(payload, layout.frame)[1]
-    if width < 1:
+    height, width = frame_size(payload, layout.frame)
+    # every 8x8 block codes at least 2 bits: a frame declaring more blocks than that is not whole, and its check
+    # decode below would allocate for the size it declares (it is left for the decoders to report)
+    if width < 1 or -(-height // 8) * -(-width // 8) > 4 * payload.size + 4:
         return data
     interval = choose_interval(-(-width // layout.mcu_width))
     if layout.restart_interval == interval:

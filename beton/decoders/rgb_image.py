@@ -33,10 +33,10 @@ import simplejpeg
 from beton.codecs.image_record import IMAGE_MODES, JPEG_COLORSPACES, JPEG_MODES, raw_view
 from beton.codecs.jpeg_scans import progressive_prefix, scans_to_read
 from beton.codecs.lossless import decode_lossless_region
+from beton.codecs.jpeg_layout import JpegLayout, frame_size, jpeg_layout
 from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
 from beton.decoders.image_crops import center_crop, random_resized_crop
-from beton.codecs.jpeg_layout import JpegLayout, frame_size, jpeg_layout
 from beton.decoders.jpeg_regions import decode_rows, decode_window, restart_window, rows_to_decode
 from beton.decoders.subpixel import shift_into
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, State

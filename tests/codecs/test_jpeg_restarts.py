@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import tracemalloc
 import re
 
 import cv2
@@ -234,3 +235,19 @@ def test_damaged_jpegs_are_not_made_to_look_whole():
     assert add_restart_markers(damaged, 2) is not None  # the leniency the field's check guards against
     simplejpeg.decode_jpeg(add_restart_markers(damaged, 2))
     assert with_restart_markers(damaged) == damaged
+
+
+def test_a_frame_declaring_more_blocks_than_its_data_can_hold_is_left_undecoded():
+    """A 64x64 JPEG whose frame says 40000x40000: stored as given, without the check decode allocating for that
+    size (75 MB at 1/8 scale)."""
+    data = bytearray(simplejpeg_jpeg(photo("rocket", 64, 64), 90, "420"))
+    frame = segments(bytes(data))["sof"]
+    data[frame + 5 : frame + 9] = (40000).to_bytes(2, "big") * 2
+    with_restart_markers(simplejpeg_jpeg(photo("rocket", 64, 64), 90, "420"))  # compiled code loaded first
+    tracemalloc.start()
+    try:
+        assert with_restart_markers(bytes(data)) == bytes(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

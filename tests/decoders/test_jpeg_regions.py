@@ -1,4 +1,5 @@
-"""Decoding only the rows above a crop's bottom (beton.decoders.jpeg_regions): exact, and errors still reach the user."""
+"""Decoding only the part of a JPEG a crop needs (beton.decoders.jpeg_regions), its restart segments or the rows
+above its bottom: exact, and errors still reach the user."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from conftest import write
 
 def encoded(kind: str, height: int, width: int, seed: int = 0) -> tuple[bytes, int]:
     """A photo JPEG of one of the layouts libjpeg-turbo decodes differently, and its channel count."""
+    if kind.startswith("marked-"):  # restart markers as beton's field adds them
+        data, channels = encoded(kind[len("marked-"):], height, width, seed)
+        return with_restart_markers(data), channels
     pixels = photo_crop(seed, height, width)
     if kind == "gray":
         return simplejpeg.encode_jpeg(np.ascontiguousarray(pixels[..., :1]), quality=90, colorspace="GRAY"), 1
@@ -259,7 +263,8 @@ def test_splicing_never_reads_past_the_payload(noise, cut):
             pass  # simplejpeg's report of damaged data, which the decoder turns into a DecodeError
 
 
-@pytest.mark.parametrize("kind", ["segments", "segments-rows", "420"])
+@pytest.mark.parametrize("kind", ["segments", "segments-rows", "420", "marked-422", "marked-444", "marked-440",
+                                  "marked-gray"])
 @given(size=st.tuples(st.integers(20, 260), st.integers(20, 260)), out=st.integers(4, 48), fast=st.booleans(),
        corners=st.lists(st.floats(0, 1), min_size=4, max_size=4))
 # 256 px wide, segments of 32 px: crops that start between scaled pixels and end on a segment's edge, across and down
@@ -269,7 +274,7 @@ def test_crops_resized_from_a_part_equal_those_from_the_whole_image(kind, size, 
     """Every crop and DCT scale, through the resize (whose sub-pixel shift reads a pixel past the crop's hull):
     the part decoded gives the same output as the whole image."""
     height, width = size
-    data, _ = encoded(kind, height, width, seed=height + 7 * width)
+    data, channels = encoded(kind, height, width, seed=height + 7 * width)
     payload = np.frombuffer(data, np.uint8)
     (top, bottom), (left, right) = (sorted(round(c * n) for c in corners[k : k + 2])
                                     for k, n in ((0, height), (2, width)))
@@ -283,8 +288,9 @@ def test_crops_resized_from_a_part_equal_those_from_the_whole_image(kind, size, 
     outputs = []
     for whole in (False, True):
         decoder = RandomResizedCropRGBImageDecoder((out, out), fast_upsample=fast, decode_whole=whole)
-        image, scaled = decoder.decoded_crop(payload, (height, width, 3), crop, (out, out, 3), scratch)
-        outputs.append(np.empty((out, out, 3), np.uint8))
+        image, scaled = decoder.decoded_crop(payload, (height, width, channels), crop, (out, out, channels),
+                                             scratch)
+        outputs.append(np.empty((out, out, channels), np.uint8))
         resize_into(image, outputs[-1], scaled, scratch=scratch)
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
@@ -303,3 +309,24 @@ def test_a_small_crop_decodes_only_its_segments_and_a_large_one_the_rows_above_i
     # its segments
     image, scaled = decoder.decoded_crop(payload, (256, 256, 3), (16, 8, 200, 240), (32, 32, 3), scratch)
     assert image.shape[:2] == (224 // 4, 256 // 4) and scaled == (4, 2, 50, 60)  # at 1/4 scale
+
+
+def test_damage_inside_a_window_raises():
+    """Damage in a segment the crop decodes is libjpeg-turbo's to report, as in a whole decode."""
+    data = bytearray(with_restart_markers(encoded("420", 256, 256)[0]))  # segments of 64 x 16 px
+    payload = np.frombuffer(bytes(data), np.uint8)
+    layout = jpeg_layout(payload)
+    markers = [i for i in range(layout.scan_start, len(data) - 1) if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+    # the segment of MCU row 6, columns 64..127 (row 6 of 16, column 1 of 4): its bytes follow marker 6 * 4 + 1 - 1
+    start, end = markers[6 * 4] + 2, markers[6 * 4 + 1]
+    data[start + 2 : end - 2] = bytes(end - start - 4)  # zeroed: no marker bytes, so the splice takes it whole
+
+    def scratch(nbytes, purpose="default"):
+        return np.empty(nbytes, np.uint8)
+
+    decoder = RandomResizedCropRGBImageDecoder((32, 32))
+    damaged = np.frombuffer(bytes(data), np.uint8)
+    with pytest.raises(DecodeError, match="JPEG cannot be decoded"):
+        decoder.decoded_crop(damaged, (256, 256, 3), (100, 70, 40, 40), (32, 32, 3), scratch)
+    image, _ = decoder.decoded_crop(payload, (256, 256, 3), (100, 70, 40, 40), (32, 32, 3), scratch)
+    assert image.shape[:2] == (48, 64)  # undamaged: one segment column of 3 MCU rows, the window path

@@ -13,7 +13,8 @@ g. OS cache (RANDOM) vs process cache (QUASI_RANDOM) with the file dropped from 
 
 (a)-(c) also report four limits, beton's crop decoder's own steps alone in 2 threads (same crops, DCT scales
 and decoder settings; no loader; see :class:`~beton.tools.bench.contenders.DecodeLimit`): the whole image
-decoded, what any loader of whole JPEGs needs; the MCU rows down to each crop's bottom of the JPEGs as given
+decoded (as the field stores it: restart markers make a whole decode 3-4 % slower), what any loader of whole
+JPEGs needs; the MCU rows down to each crop's bottom of the JPEGs as given
 (without the restart markers beton's field adds: how far decoding alone went before them); only the part of the
 JPEG each crop needs, as the field stores it, the ceiling of beton's own approach to decoding; and that part
 decoded and resized to the output, the least work of the task, whose share is what beton's loading costs beyond
