@@ -9,10 +9,13 @@ alternating rounds after one warm-up each:
 * ``read files``: open and read every file, one process: what any tool pays to look at the data; from the page
   cache, and from the disk (``cold``: each file dropped from the page cache first with posix_fadvise);
 * ``read + check (1 thread)``: the same, plus the check every stored JPEG gets (header, 1/8-scale decode);
-* ``convert imagefolder``: ``beton.convert.imagefolder`` with ``--workers`` writer processes (JPEGs stored as
-  they are, each checked) into a file in the same temporary folder, from the page cache and from the disk;
-* ``DatasetWriter, unchecked``: the same files through a plain RGBImageField, which stores JPEG bytes without
-  decoding them: what the check costs;
+* ``convert imagefolder``: ``beton.convert.imagefolder`` with ``--workers`` writer processes (each JPEG checked,
+  then given restart markers, losslessly) into a file in the same temporary folder, from the page cache and from
+  the disk;
+* ``convert, no restart markers``: the same with ``restart_markers=False``: JPEGs checked and stored byte for
+  byte, so that the transcode's cost shows;
+* ``DatasetWriter, unchecked``: the same files through a plain ``RGBImageField(restart_markers=False)``, which
+  stores JPEG bytes without decoding them: what the check costs;
 * ``convert --max-resolution 256``: every photo decoded, shrunk and re-encoded.
 
 Ratios are taken within each round (the machine's speed drifts: it is shared) and the median is reported.
@@ -101,8 +104,8 @@ def main() -> None:
 
         def unchecked() -> None:
             folder = ImageFolder(root)
-            DatasetWriter(output, {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
-                          num_workers=workers, progress=False).from_indexed_dataset(folder)
+            fields = {"image": RGBImageField(write_mode="jpg", restart_markers=False), "label": IntField()}
+            DatasetWriter(output, fields, num_workers=workers, progress=False).from_indexed_dataset(folder)
 
         def convert(**options: object) -> None:
             beton.convert.imagefolder(root, output, num_workers=workers, progress=False, **options)
@@ -114,6 +117,7 @@ def main() -> None:
             "read + check (1 thread)": (None, lambda: read_files(paths, check=True)),
             "convert imagefolder": (None, convert),
             "convert imagefolder, cold": (cold, convert),
+            "convert, no restart markers": (None, lambda: convert(restart_markers=False)),
             "DatasetWriter, unchecked": (None, unchecked),
             "convert --max-resolution 256": (None, lambda: convert(max_resolution=256)),
         }
@@ -145,7 +149,9 @@ def main() -> None:
         "relative_to_read_files_cold": {name: round(statistics.median(a / b for a, b in zip(values, cold_read)), 3)
                                         for name, values in rates.items()},
         "check_cost": round(statistics.median(a / b for a, b in zip(rates["DatasetWriter, unchecked"],
-                                                                     rates["convert imagefolder"])), 3),
+                                                                     rates["convert, no restart markers"])), 3),
+        "restart_markers_cost": round(statistics.median(a / b for a, b in zip(rates["convert, no restart markers"],
+                                                                               rates["convert imagefolder"])), 3),
         "machine_load": {"others_cores_busy": round(((busy_after - busy_before) - (own_after - own_before)) / wall, 2),
                          "this_benchmark_cores_busy": round((own_after - own_before) / wall, 2),
                          "cores": os.cpu_count(), "seconds": round(wall, 1)},

@@ -29,7 +29,7 @@ import simplejpeg
 
 from beton.codecs.jpeg_layout import frame_size, jpeg_layout
 
-__all__ = ["add_restart_markers", "choose_interval", "with_restart_markers"]
+__all__ = ["add_restart_markers", "choose_interval", "strict_check", "with_restart_markers"]
 
 _LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
@@ -57,15 +57,15 @@ def choose_interval(mcus_per_row: int) -> int:
     return min(divisors, key=lambda d: (abs(d - 4), -d))
 
 
-def with_restart_markers(data: bytes) -> bytes:
+def with_restart_markers(data: bytes, checked: bool = False) -> bytes:
     """``data`` as beton's image field stores JPEGs: with a restart marker every :func:`choose_interval` MCUs,
     added by :func:`add_restart_markers`; ``data`` itself when it has them at that interval already or cannot
     carry them (progressive, arithmetic-coded...).
 
     Damaged data is returned as it is, so that its damage stays visible: the transcoder reads some damage (data
     left over in a segment, for one) as valid coefficients and would write a clean JPEG of them. Only what
-    libjpeg-turbo decodes without a warning is transcoded (checked by a decode at 1/8 scale, which still reads
-    every Huffman code).
+    libjpeg-turbo decodes without a warning is transcoded (checked by :func:`strict_check`). ``checked=True``
+    says that the caller has run that check on ``data`` already (or encoded it itself), and skips it.
     """
     payload = np.frombuffer(data, np.uint8)
     layout = jpeg_layout(payload)
@@ -79,11 +79,23 @@ def with_restart_markers(data: bytes) -> bytes:
     interval = choose_interval(-(-width // layout.mcu_width))
     if layout.restart_interval == interval:
         return data
-    try:
-        simplejpeg.decode_jpeg(data, min_factor=8, min_height=1, min_width=1)  # strict: warnings raise
-    except ValueError:
+    if not checked and strict_check(data) is not None:
         return data
     return add_restart_markers(data, interval) or data
+
+
+def strict_check(data: bytes, colorspace: str = "RGB") -> str | None:
+    """Why libjpeg-turbo cannot decode ``data`` without a warning (truncated, corrupt, data left over...), or
+    None when it can. A decode at 1/8 scale: every Huffman code is still read, the IDCT is 64x cheaper.
+
+    The one check of a given JPEG's data that writers make, shared so that no JPEG is decoded twice for it.
+    ``colorspace`` as simplejpeg takes it; a grey decode of a colour JPEG still reads every component's codes.
+    """
+    try:
+        simplejpeg.decode_jpeg(data, colorspace=colorspace, min_factor=8, min_height=1, min_width=1)
+    except ValueError as error:  # strict: libjpeg warnings raise too
+        return str(error)
+    return None
 
 
 def add_restart_markers(data: bytes, interval: int) -> bytes | None:

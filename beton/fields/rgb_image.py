@@ -153,7 +153,8 @@ class RGBImageField(Field):
             wants_jpeg = self._choose_jpeg(height * width * self.channels, context, given_jpeg=True)
             keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
             if wants_jpeg and keeps_size and decodable:  # stored as they are: no generation loss
-                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), self._segmented(data))
+                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width),
+                               self._segmented(data, checked=self._given_jpegs_checked))
             pixels = self._resized(self._as_pixels(_decode_for_rewrite(data, self.channels)))
         else:
             pixels = self._resized(self._as_pixels(value))
@@ -168,11 +169,14 @@ class RGBImageField(Field):
             payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
                                              colorspace=JPEG_COLORSPACES[self.channels], colorsubsampling="420")
             return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
-                           self._segmented(payload))
+                           self._segmented(payload, checked=True))  # simplejpeg's own output
         return Encoded((IMAGE_MODES["raw"], self.channels, 0, pixels.shape[0], pixels.shape[1]), pixels.tobytes())
 
-    def _segmented(self, jpeg: bytes) -> bytes:
-        return with_restart_markers(jpeg) if self.restart_markers else jpeg
+    # whether every JPEG given to encode() has passed strict_check already (a subclass that checks them itself)
+    _given_jpegs_checked = False
+
+    def _segmented(self, jpeg: bytes, checked: bool) -> bytes:
+        return with_restart_markers(jpeg, checked) if self.restart_markers else jpeg
 
     def _encode_progressive(self, pixels: np.ndarray, subsampling: str) -> Encoded:
         """Progressive JPEG; a converted JPEG keeps its chroma subsampling (4:4:4 to 4:2:0 would cost ~20 dB)."""

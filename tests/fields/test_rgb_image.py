@@ -475,3 +475,23 @@ def test_restart_markers_change_no_pixel_the_loader_serves(tmp_path, decoder, fa
         assert all(b"\xff\xdd" in reader.payload(i, "image").tobytes() for i in range(20))
     for segmented, whole in zip(batches(paths[0]), batches(paths[1])):
         np.testing.assert_array_equal(segmented, whole)
+
+
+def test_given_jpegs_are_checked_before_markers_are_added_and_encoded_ones_are_not(tmp_path, monkeypatch):
+    """A JPEG handed to the field as bytes is decoded strictly once (damage would otherwise be transcoded into a
+    clean-looking JPEG); one the field encodes itself needs no check."""
+    given = simplejpeg.encode_jpeg(photo_crop(1, 96, 128), quality=90)
+    damaged = bytearray(given)
+    damaged[-300:-150] = bytes(150)  # zeroed data the transcoder would read as coefficients
+    decodes = []
+    real_decode = simplejpeg.decode_jpeg
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", lambda *args, **kwargs: decodes.append(1) or
+                        real_decode(*args, **kwargs))
+    path = write(tmp_path / "a.beton", {"image": RGBImageField(write_mode="jpg")},
+                 [(given,), (bytes(damaged),), (photo_crop(2, 96, 128),)])
+    monkeypatch.undo()
+    assert len(decodes) == 2  # the two given JPEGs, once each
+    with beton.Reader(path) as reader:
+        assert bytes(reader.payload(0, "image")) == with_restart_markers(given) != given
+        assert bytes(reader.payload(1, "image")) == bytes(damaged)  # stored as given: its damage stays visible
+        assert b"\xff\xdd" in bytes(reader.payload(2, "image"))

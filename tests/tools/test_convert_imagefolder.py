@@ -228,6 +228,23 @@ def test_skip_reports_every_bad_file_with_its_reason(tmp_path, num_workers):
     beton.verify(tmp_path / "s.beton")
 
 
+def test_a_kept_jpeg_is_decoded_once_to_check_it(tmp_path, monkeypatch):
+    """The converter's strict check is the one the restart-marker transcode relies on: not a second decode."""
+    root = tmp_path / "train"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.jpg").write_bytes(jpeg(1, height=64, width=80))
+    decodes = []
+    real_decode = simplejpeg.decode_jpeg
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", lambda *args, **kwargs: decodes.append(1) or
+                        real_decode(*args, **kwargs))
+    beton.convert.imagefolder(root, tmp_path / "s.beton", num_workers=0, progress=False)
+    monkeypatch.undo()
+    assert len(decodes) == 1
+    with beton.Reader(tmp_path / "s.beton") as reader:
+        assert bytes(reader.payload(0, "image")) == with_restart_markers(jpeg(1, height=64, width=80))
+        assert bytes(reader.payload(0, "image")) != jpeg(1, height=64, width=80)  # markers were added
+
+
 def test_fail_names_the_first_bad_file_and_leaves_the_target_alone(tmp_path):
     bad_folder(tmp_path / "train")
     target = tmp_path / "out.beton"

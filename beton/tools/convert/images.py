@@ -37,6 +37,7 @@ import numpy as np
 import simplejpeg
 
 from beton.codecs.image_record import JPEG_COLORSPACES
+from beton.codecs.jpeg_restarts import strict_check
 from beton.errors import EncodeError, FieldError
 from beton.fields.base import Encoded, EncodeContext
 from beton.fields.rgb_image import WRITE_MODES, RGBImageField
@@ -65,7 +66,6 @@ _SIGNATURES = (
 _PNM = {b"P1", b"P2", b"P3", b"P4", b"P5", b"P6"}
 _JPEG_DECODABLE = ("Gray", "YCbCr", "RGB")  # libjpeg-turbo gives RGB/grey from these; CMYK/YCCK go through OpenCV
 _KEEPS_JPEG = ("jpg", "smart", "proportion", "balanced")  # modes that store given JPEG bytes as they are
-_CHECK_SCALE = 8  # the check decodes at 1/8 scale: every coefficient is still read, the IDCT is 64x cheaper
 _ALPHA_DROPPED = "had an alpha channel, dropped (keep_alpha=True or --keep-alpha keeps it)"
 _DEPTH_REDUCED = "had 16-bit samples, reduced to 8 bits (keep_depth=True or --keep-depth keeps them)"
 
@@ -90,6 +90,8 @@ class ImageFileField(RGBImageField):
     """
 
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+
+    _given_jpegs_checked = True  # prepare() lets JPEG bytes through only after strict_check
 
     def arguments(self) -> dict[str, Any]:
         arguments = super().arguments()
@@ -136,7 +138,9 @@ class ImageFileField(RGBImageField):
                 raise EncodeError(f"{colorspace} JPEG cannot be decoded (truncated or corrupt)")
             return self._converted(pixels, "JPEG", bgr=True)
         if self._may_keep_jpeg(height, width):
-            _decode_jpeg(data, JPEG_COLORSPACES.get(self.channels, "RGB"), min_factor=_CHECK_SCALE, min_width=1)
+            problem = strict_check(data, JPEG_COLORSPACES.get(self.channels, "RGB"))
+            if problem is not None:
+                raise EncodeError(f"JPEG is truncated or corrupt: {problem}")
             return data
         colorspace = "GRAY" if self.channels == 1 else "RGB"
         return self._converted(_decode_jpeg(data, colorspace), "JPEG", bgr=False)
@@ -192,9 +196,9 @@ def _with_channels(pixels: np.ndarray, channels: int, target: int) -> np.ndarray
     return np.concatenate([colour, opaque], axis=2)
 
 
-def _decode_jpeg(data: bytes, colorspace: str, **options: int) -> np.ndarray:
+def _decode_jpeg(data: bytes, colorspace: str) -> np.ndarray:
     try:
-        return simplejpeg.decode_jpeg(data, colorspace=colorspace, **options)  # strict: libjpeg warnings raise
+        return simplejpeg.decode_jpeg(data, colorspace=colorspace)  # strict: libjpeg warnings raise
     except ValueError as error:
         raise EncodeError(f"JPEG is truncated or corrupt: {error}") from None
 
