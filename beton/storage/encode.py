@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from beton.errors import BetonError, DatasetError, EncodeError, error_context, locate
-from beton.fields.base import EncodeContext, Field
+from beton.fields.base import EncodeContext, Encoded, Field
 
 __all__ = ["SampleWarning", "SampleProblem", "sample_problem", "warn_sample", "EncodeSpec", "EncodedChunk",
-           "ChunkItem", "encode_chunk"]
+           "ChunkItem", "encode_chunk", "encode_value"]
 
 
 class SampleWarning(UserWarning):
@@ -208,7 +208,7 @@ def _encode_sample(spec: EncodeSpec, sample: Any, item: ChunkItem) -> tuple[tupl
         for field_index, (name, field, value) in enumerate(zip(spec.names, spec.fields, sample)):
             context = EncodeContext(item.position, field_index, spec.seed, spec.first_sample)
             with error_context(field=name):
-                encoded = _encode_value(field, value, context)
+                encoded = encode_value(field, value, context)
             metadata.append(encoded.metadata)
             if field.has_payload:
                 payload = encoded.payload
@@ -216,7 +216,9 @@ def _encode_sample(spec: EncodeSpec, sample: Any, item: ChunkItem) -> tuple[tupl
         return tuple(metadata), payloads
 
 
-def _encode_value(field: Field, value: Any, context: EncodeContext):
+def encode_value(field: Field, value: Any, context: EncodeContext) -> Encoded:
+    """``field.encode(value, context)`` as the writer calls it: a user field's exception or a payload that
+    contradicts ``has_payload`` becomes an EncodeError."""
     try:
         encoded = field.encode(value, context)
     except BetonError:

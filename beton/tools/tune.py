@@ -46,8 +46,8 @@ from beton.codecs.jpeg_scans import whole_jpeg
 from beton.fields.rgb_image import RGBImageField, decode_stored_image
 from beton.loader import Loader
 from beton.order.balanced import batch_composition
-from beton.fields.base import Field
-from beton.storage.encode import EncodeSpec
+from beton.fields.base import EncodeContext, Field
+from beton.storage.encode import EncodeSpec, encode_value
 from beton.storage.file_builder import field_table_bytes
 from beton.storage.format import DIGEST_SIZE, DIGESTED_TABLES, HEAP_OFFSET, data_table_dtype
 from beton.storage.metadata import encode_metadata
@@ -255,17 +255,18 @@ def plan_mix(reader: Reader, field: str, profile: HostProfile, batch_size: int =
         return int(np.clip(_raw_count(per_batch, count, batch_size) - already, 0, len(ranked)))
 
     per_batch = _per_batch(int(np.argmax(rates)) + already, count, batch_size)
-    size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+    payload_sizes = _payload_sizes(reader, field)
+    size = _balanced_size(reader, field, chosen(taken_at(per_batch)), payload_sizes)
     if max_bytes is not None and size > max_bytes:  # the most raw images per batch within the bound
         low, high = 0, per_batch - 1
         while low < high:
             middle = (low + high + 1) // 2
-            if balanced_size(reader, field, chosen(taken_at(middle))) <= max_bytes:
+            if _balanced_size(reader, field, chosen(taken_at(middle)), payload_sizes) <= max_bytes:
                 low = middle
             else:
                 high = middle - 1
         per_batch = low
-        size = balanced_size(reader, field, chosen(taken_at(per_batch)))
+        size = _balanced_size(reader, field, chosen(taken_at(per_batch)), payload_sizes)
     taken = taken_at(per_batch)
     predicted = {"all JPEG": float(rates[0]), "all raw": float(images_per_s(np.array([len(ranked)]))[0]),
                  "balanced": float(images_per_s(np.array([taken]))[0])}
@@ -325,12 +326,33 @@ def balanced_fields(reader: Reader, field: str) -> dict[str, Field]:
 def balanced_size(reader: Reader, field: str, raw_samples: np.ndarray) -> int:
     """The size in bytes of the balanced file :func:`write_balanced` writes: its heap packed as the writer packs
     it (a payload crosses no page boundary unless it is larger than a page), then its tables, each aligned."""
-    column = reader.descriptors[field].payload_column
+    return _balanced_size(reader, field, raw_samples, _payload_sizes(reader, field))
+
+
+def _payload_sizes(reader: Reader, field: str) -> np.ndarray:
+    """(samples, payload columns) sizes of the balanced file's payloads but the raw images': ``field``'s JPEGs
+    whole, every other field's payload as the writer encodes the value :class:`_BalancedSource` reads. Those are
+    encoded again rather than taken from the source: a document written by another tool (FFCV's JSON, with its
+    spaces) is serialised anew, and its size changes, in either direction."""
     sizes = reader.allocation_table["size"].astype(np.int64)
-    records = reader.data_table[field]
-    pieces = reader.fields[field].read_pieces(records, None)
+    pieces = reader.fields[field].read_pieces(reader.data_table[field], None)
     if pieces is not None:  # scan-grouped JPEGs are stored whole: their scans and the end marker
-        sizes[:, column] = pieces.sizes()
+        sizes[:, reader.descriptors[field].payload_column] = pieces.sizes()
+    for position, (name, other) in enumerate(reader.fields.items()):
+        if name == field or not other.has_payload:
+            continue
+        records, column = reader.data_table[name], reader.descriptors[name].payload_column
+        for sample in range(reader.num_samples):
+            value = other.to_python(records[sample], reader.payload(sample, name))
+            payload = encode_value(other, value, EncodeContext(sample, position, 0)).payload  # the writer's seed
+            sizes[sample, column] = memoryview(payload).nbytes
+    return sizes
+
+
+def _balanced_size(reader: Reader, field: str, raw_samples: np.ndarray, payload_sizes: np.ndarray) -> int:
+    column = reader.descriptors[field].payload_column
+    records = reader.data_table[field]
+    sizes = payload_sizes.copy()
     raw = records["height"].astype(np.int64) * records["width"] * records["channels"] * \
         reader.fields[field].numpy_dtype.itemsize
     sizes[raw_samples, column] = raw[raw_samples]

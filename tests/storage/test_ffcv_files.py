@@ -117,6 +117,7 @@ def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(ffcv_files, tmp_path
     output = tmp_path / "balanced.beton"
     _, plan = tune(ffcv_files["jpg"], output, batch_size=4, read_bandwidth=1e8, num_workers=0,
                    progress=False)
+    assert output.stat().st_size == plan.size_after  # computed, FFCV's JSON re-serialised included
     with beton.Reader(ffcv_files["jpg"]) as source, beton.Reader(output) as balanced:
         assert balanced.format.startswith("beton") and balanced.num_samples == source.num_samples
         assert set(np.flatnonzero(balanced.data_table["image"]["mode"] == 0)) == set(plan.raw_samples.tolist())
@@ -135,3 +136,26 @@ def test_tune_turns_an_ffcv_file_into_a_balanced_beton_file(ffcv_files, tmp_path
         assert (kept.data_table["image"]["mode"] == 1).all()
         for i in range(source.num_samples):
             assert bytes(kept.payload(i, "image")) == bytes(source.payload(i, "image"))
+
+
+def test_the_planned_size_of_a_balanced_file_counts_json_that_grows_when_written_anew(ffcv_files, tmp_path):
+    """A document another tool wrote ("1E9") is serialised anew by the writer ("1000000000.0"): the plan that
+    bounds --max-size must count the bytes written, not the source's."""
+    from beton.tools.tune import balanced_size, write_balanced
+
+    source = tmp_path / "grown.beton"
+    data = bytearray(ffcv_files["jpg"].read_bytes())
+    with beton.Reader(ffcv_files["jpg"]) as reader:  # FFCV files carry no checksums: edited in place
+        column = reader.descriptors["meta"].payload_column
+        allocations = reader.allocation_table[:, column]
+    for offset, size in zip(allocations["offset"].tolist(), allocations["size"].tolist()):
+        items = (size - 5) // 4 + 1
+        text = ("[" + ",".join(["1E9"] * items) + "]").ljust(size).encode()
+        data[offset : offset + size] = text
+    source.write_bytes(bytes(data))
+    raw = np.array([1, 5], np.int64)
+    with beton.Reader(source) as reader:
+        assert reader[0][4] == [1e9] * ((allocations["size"][0] - 5) // 4 + 1)
+        planned = balanced_size(reader, "image", raw)
+    write_balanced(source, tmp_path / "out.beton", "image", raw, num_workers=0, progress=False)
+    assert (tmp_path / "out.beton").stat().st_size == planned
