@@ -23,13 +23,14 @@ None rather than an exception or a guess.
 
 from __future__ import annotations
 
+import cv2
 import numba
 import numpy as np
 import simplejpeg
 
 from beton.codecs.jpeg_layout import frame_size, jpeg_layout
 
-__all__ = ["add_restart_markers", "choose_interval", "strict_check", "with_restart_markers"]
+__all__ = ["add_restart_markers", "choose_interval", "encode_jpeg", "strict_check", "with_restart_markers"]
 
 _LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
@@ -82,6 +83,26 @@ def with_restart_markers(data: bytes, checked: bool = False) -> bytes:
     if not checked and strict_check(data) is not None:
         return data
     return add_restart_markers(data, interval) or data
+
+
+def encode_jpeg(pixels: np.ndarray, quality: int, restart_markers: bool = True) -> bytes:
+    """HxWx3 RGB or HxWx1 grey uint8 ``pixels`` as a baseline JPEG of ``quality`` (colour at 4:2:0), with a
+    restart marker every :func:`choose_interval` MCUs unless ``restart_markers`` is False.
+
+    The encoder writes the markers itself: no transcode, which would cost more than the encode. Restart markers
+    change only how the coefficients are entropy-coded, so the pixels are the same with and without them.
+    """
+    colour = pixels.shape[2] == 3
+    image = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR) if colour else pixels[:, :, 0]
+    mcu_width = 16 if colour else 8
+    interval = choose_interval(-(-pixels.shape[1] // mcu_width)) if restart_markers else 0
+    options = [cv2.IMWRITE_JPEG_QUALITY, int(quality), cv2.IMWRITE_JPEG_RST_INTERVAL, interval]
+    if colour:
+        options += [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420]
+    ok, encoded = cv2.imencode(".jpg", image, options)
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {pixels.shape[1]}x{pixels.shape[0]} JPEG")
+    return encoded.tobytes()
 
 
 def strict_check(data: bytes, colorspace: str = "RGB") -> str | None:

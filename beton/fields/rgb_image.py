@@ -53,7 +53,7 @@ from beton.codecs.image_record import (
     PROGRESSIVE_RECORD,
     raw_view,
 )
-from beton.codecs.jpeg_restarts import with_restart_markers
+from beton.codecs.jpeg_restarts import encode_jpeg, with_restart_markers
 from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
@@ -153,8 +153,7 @@ class RGBImageField(Field):
             wants_jpeg = self._choose_jpeg(height * width * self.channels, context, given_jpeg=True)
             keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
             if wants_jpeg and keeps_size and decodable:  # stored as they are: no generation loss
-                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width),
-                               self._segmented(data, checked=self._given_jpegs_checked))
+                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), self._segmented(data))
             pixels = self._resized(self._as_pixels(_decode_for_rewrite(data, self.channels)))
         else:
             pixels = self._resized(self._as_pixels(value))
@@ -166,17 +165,19 @@ class RGBImageField(Field):
             return Encoded((IMAGE_MODES["lossless"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
                            encode_lossless(pixels))
         if wants_jpeg:
-            payload = simplejpeg.encode_jpeg(pixels, quality=self.jpeg_quality,
-                                             colorspace=JPEG_COLORSPACES[self.channels], colorsubsampling="420")
-            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]),
-                           self._segmented(payload, checked=True))  # simplejpeg's own output
+            try:
+                payload = encode_jpeg(pixels, self.jpeg_quality, self.restart_markers)
+            except ValueError as error:
+                raise EncodeError(str(error)) from None
+            return Encoded((IMAGE_MODES["jpg"], self.channels, 0, pixels.shape[0], pixels.shape[1]), payload)
         return Encoded((IMAGE_MODES["raw"], self.channels, 0, pixels.shape[0], pixels.shape[1]), pixels.tobytes())
 
     # whether every JPEG given to encode() has passed strict_check already (a subclass that checks them itself)
     _given_jpegs_checked = False
 
-    def _segmented(self, jpeg: bytes, checked: bool) -> bytes:
-        return with_restart_markers(jpeg, checked) if self.restart_markers else jpeg
+    def _segmented(self, jpeg: bytes) -> bytes:
+        """A given JPEG as stored: with restart markers added (losslessly) unless the field says not to."""
+        return with_restart_markers(jpeg, checked=self._given_jpegs_checked) if self.restart_markers else jpeg
 
     def _encode_progressive(self, pixels: np.ndarray, subsampling: str) -> Encoded:
         """Progressive JPEG; a converted JPEG keeps its chroma subsampling (4:4:4 to 4:2:0 would cost ~20 dB)."""

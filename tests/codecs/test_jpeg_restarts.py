@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beton.codecs.jpeg_layout import jpeg_layout
-from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval, with_restart_markers
+from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval, encode_jpeg, with_restart_markers
 from beton.decoders.jpeg_regions import decode_window, restart_window
 from beton.tools.sample_photos import load_photo
 
@@ -251,3 +251,31 @@ def test_a_frame_declaring_more_blocks_than_its_data_can_hold_is_left_undecoded(
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
+
+
+@pytest.mark.parametrize("name", ["astronaut", "china"])
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("size", [(1, 1), (37, 53), (96, 160), (250, 333)])
+def test_encoded_jpegs_carry_the_field_s_markers_and_the_pixels_of_a_jpeg_without_them(name, channels, size):
+    """The encoder writes the markers the transcoder would add (so the field stores its output as it is), in
+    sequence, and they change no pixel; 4:2:0 for colour, at the quality asked."""
+    image = photo(name, *size)
+    pixels = image if channels == 3 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)[:, :, None]
+    marked, plain = encode_jpeg(pixels, 90), encode_jpeg(pixels, 90, restart_markers=False)
+    assert with_restart_markers(marked) == marked
+    info, mcu_columns = segments(marked), -(-size[1] // (16 if channels == 3 else 8))
+    rows, columns = info["mcu_grid"]
+    assert info["dri"] == choose_interval(mcu_columns) and segments(plain)["dri"] is None
+    assert info["markers"] == [k % 8 for k in range(-(-rows * columns // info["dri"]) - 1)]
+    assert info["mcu"] == ((16, 16) if channels == 3 else (8, 8))
+    colorspace = "RGB" if channels == 3 else "GRAY"
+    decoded = simplejpeg.decode_jpeg(marked, colorspace=colorspace)
+    np.testing.assert_array_equal(decoded, simplejpeg.decode_jpeg(plain, colorspace=colorspace))
+    if min(size) > 8:  # as close to the pixels as simplejpeg's JPEG of that quality and subsampling
+        def psnr(data: bytes) -> float:
+            error = np.mean((simplejpeg.decode_jpeg(data, colorspace=colorspace).astype(np.float64) - pixels) ** 2)
+            return 10 * np.log10(255**2 / error)
+
+        reference = simplejpeg_jpeg(np.repeat(pixels, 3, axis=2) if channels == 1 else pixels, 90,
+                                    "420" if channels == 3 else "gray")
+        assert abs(psnr(marked) - psnr(reference)) < 0.3

@@ -46,7 +46,7 @@ from beton.tools.bench.report import run_header
 from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite", "measure_contenders", "measured_epoch", "image_scenario"]
+__all__ = ["run_suite", "measure_contenders", "measured_epoch", "image_scenario", "writer_scenario"]
 
 
 def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
@@ -141,7 +141,9 @@ def _first_batch_scenario(path: str, directory: str) -> dict:
     return result
 
 
-def _writer_scenario(jpegs: list[bytes], directory: str) -> dict:
+def writer_scenario(jpegs: list[bytes], directory: str) -> dict:
+    """Samples/s of the writer (2 processes) storing ``jpegs`` with restart markers added and byte for byte,
+    and encoding their pixels to JPEG; ``directory`` holds the file written."""
     result = {}
     for name, dataset, markers in (("JPEG bytes, restart markers added (default)", JpegDataset(jpegs), True),
                                    ("JPEG bytes stored byte for byte", JpegDataset(jpegs), False),
@@ -217,7 +219,7 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
             ("c. CenterCrop-224, ~256 px JPEGs", lambda: image_scenario(small, directory, "small", c.ImageTask("center", 224, 64), repeats)),
             ("d. raw 3x32x32, batch 512", lambda: _raw_scenario(raw_count, directory, repeats)),
             ("e. first batch in a fresh process", lambda: _first_batch_scenario(os.path.join(directory, "small.beton"), directory)),
-            ("f. writer", lambda: _writer_scenario(small, directory)),
+            ("f. writer", lambda: writer_scenario(small, directory)),
             ("g. OS vs process cache, page cache dropped", lambda: _cache_scenario(large, directory, repeats)),
         ]
         for title, step in steps:
