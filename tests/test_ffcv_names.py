@@ -46,3 +46,63 @@ def test_the_names_real_programs_import_are_what_ffcv_says():
     assert issubclass(IntDecoder, BasicDecoder) and issubclass(FloatDecoder, BasicDecoder)
     allowed = typing.get_args(ORDER_TYPE)
     assert OrderOption in allowed and isinstance(Random, allowed) and isinstance(TraversalOrder, allowed)
+
+
+# FFCV 1.0.2's parameters, in its order, of the classes programs build with positional or keyword arguments
+FFCV_PARAMETERS = {
+    "fields.RGBImageField": ["write_mode", "max_resolution", "smart_threshold", "jpeg_quality",
+                             "compress_probability"],
+    "fields.NDArrayField": ["dtype", "shape"],
+    "fields.TorchTensorField": ["dtype", "shape"],
+    "fields.decoders.RandomResizedCropRGBImageDecoder": ["output_size", "scale", "ratio"],
+    "fields.decoders.CenterCropRGBImageDecoder": ["output_size", "ratio"],
+    "loader.Loader": ["path", "batch_size", "num_workers", "os_cache", "order", "distributed", "seed", "indices",
+                      "pipelines", "custom_fields", "drop_last", "batches_ahead"],  # FFCV names the first fname
+    "writer.DatasetWriter": ["path", "fields", "page_size", "num_workers"],  # FFCV names the first fname
+    "transforms.RandomBrightness": ["magnitude", "p"],
+    "transforms.RandomContrast": ["magnitude", "p"],
+    "transforms.RandomSaturation": ["magnitude", "p"],
+    "transforms.Cutout": ["crop_size", "fill"],
+    "transforms.RandomHorizontalFlip": ["flip_prob"],
+    "transforms.ImageMixup": ["alpha", "same_lambda"],
+    "transforms.LabelMixup": ["alpha", "same_lambda"],
+    "transforms.MixupToOneHot": ["num_classes"],
+    "transforms.ModuleWrapper": ["module"],
+    "transforms.NormalizeImage": ["mean", "std", "type"],
+    "transforms.ToDevice": ["device", "non_blocking"],
+    "transforms.ToTorchImage": ["channels_last", "convert_back_int16"],
+    "transforms.Convert": ["target_dtype"],
+    "transforms.View": ["target_dtype"],
+    "transforms.Poison": ["mask", "alpha", "indices", "clamp"],
+    "transforms.RandomResizedCrop": ["scale", "ratio", "size"],
+    "transforms.ReplaceLabel": ["indices", "new_label"],
+    "transforms.RandomTranslate": ["padding", "fill"],
+}
+
+
+@pytest.mark.parametrize("path", sorted(FFCV_PARAMETERS))
+def test_ffcv_classes_take_ffcv_s_arguments_in_ffcv_s_order(path):
+    """A program passing FFCV's arguments by position or by name means the same under beton:
+    RGBImageField("smart", 256, 100_000) is a smart threshold, not a JPEG quality."""
+    import inspect
+
+    module, name = path.rsplit(".", 1)
+    parameters = list(inspect.signature(getattr(importlib.import_module("beton." + module), name)).parameters.values())
+    expected = FFCV_PARAMETERS[path]
+    assert [p.name for p in parameters[: len(expected)]] == expected
+    assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in parameters[: len(expected)])
+
+
+def test_ffcv_programs_keywords_build_the_operations_they_mean():
+    import numpy as np
+    import torch
+
+    from beton.fields import RGBImageField
+    from beton.transforms import Convert, NormalizeImage, ToTorchImage, View
+
+    field = RGBImageField("smart", 256, 100_000, 85, 0.25)
+    assert (field.smart_threshold, field.jpeg_quality, field.compress_probability) == (100_000, 85, 0.25)
+    assert NormalizeImage([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], type=np.float16).type is np.float16
+    assert Convert(target_dtype=torch.float16).target_dtype is torch.float16
+    assert View(target_dtype=torch.int16).target_dtype is torch.int16
+    assert not ToTorchImage(channels_last=False, convert_back_int16=False).channels_last

@@ -84,8 +84,8 @@ class RGBImageField(Field):
     Args:
         write_mode: "raw", "jpg", "smart", "proportion", "progressive", "balanced" or "lossless".
         max_resolution: longer side limit in pixels (None keeps every image's size).
-        jpeg_quality: 1..100, for images this field encodes.
         smart_threshold: raw-size limit in bytes for "smart" (None: every image raw, as FFCV does).
+        jpeg_quality: 1..100, for images this field encodes.
         compress_probability: chance of JPEG per sample for "proportion".
         channels: 3 (RGB, default), 1 (grayscale) or 4 (raw only).
         dtype: "uint8", or "uint16" (raw and lossless only).
@@ -95,8 +95,8 @@ class RGBImageField(Field):
 
     write_mode: str = "raw"
     max_resolution: int | None = None
-    jpeg_quality: int = 90
-    smart_threshold: int | None = None
+    smart_threshold: int | None = None  # FFCV's positional order: write_mode, max_resolution, smart_threshold,
+    jpeg_quality: int = 90  # jpeg_quality, compress_probability
     compress_probability: float | None = 0.5  # None (FFCV scripts pass it): only "proportion" needs it
     channels: int = 3
     dtype: str = "uint8"

@@ -108,9 +108,9 @@ class DatasetWriter:
         self,
         path: str | os.PathLike[str],
         fields: Mapping[str, Field],
-        *,
+        page_size: int = fmt.DEFAULT_PAGE_SIZE,  # FFCV's positional order: page_size, then num_workers
         num_workers: int = -1,
-        page_size: int = fmt.DEFAULT_PAGE_SIZE,
+        *,
         seed: int = 0,
         progress: bool = True,
         start_method: str | None = None,

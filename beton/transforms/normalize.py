@@ -45,11 +45,12 @@ class NormalizeImage(JitOperation):
 
     torchvision's statistics are on the 0..1 scale: multiply them by 255 (``mean=[0.485 * 255, ...]``). Given
     0..1 statistics for uint8 images, the operation warns: outputs would reach about 1000 instead of about 2.
+    ``type``: the output dtype (FFCV's name for it), float16 included.
     """
 
     mean: Sequence[float]
     std: Sequence[float]
-    dtype: Any = np.float32
+    type: Any = np.float32
 
     def output_state(self, previous: Any) -> State:
         channels = len(self.mean)
@@ -63,33 +64,33 @@ class NormalizeImage(JitOperation):
                           UserWarning, stacklevel=2)
         if previous.kind == "numpy":
             previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
-            return dataclasses.replace(previous, dtype=np.dtype(self.dtype))
+            return dataclasses.replace(previous, dtype=np.dtype(self.type))
         # apply() takes a tensor whose first per-sample dimension holds the channels for CxHxW: where the last one
         # does too, HxWxC images of height C would be normalised across their rows, so that is refused
         previous.require(previous.shape[0] != previous.shape[2], self,
                          f"tensors whose channel axis can be told apart (first or last, not both {channels}): put "
                          "it before ToTensor, on numpy HxWxC images, or after ToTorchImage")
-        return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
+        return dataclasses.replace(previous, dtype=torch_dtype(self.type))
 
     def stage_kind(self, previous: Any) -> str | None:
         torch_input = isinstance(previous, State) and previous.kind == "torch"
-        return "batch" if torch_input or np.dtype(self.dtype) == np.float16 else None
+        return "batch" if torch_input or np.dtype(self.type) == np.float16 else None
 
     def kernel(self) -> Any:
         return _normalize_kernel
 
     def kernel_arguments(self, previous: Any) -> tuple:
-        work = np.promote_types(self.dtype, np.float32)  # float64 output is computed in float64, not float32
+        work = np.promote_types(self.type, np.float32)  # float64 output is computed in float64, not float32
         std = np.asarray(self.std, work)
         return (1.0 / std, -np.asarray(self.mean, work) / std)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
         if isinstance(batch, np.ndarray):
             scale, shift = self.kernel_arguments(None)
-            return (batch * scale + shift).astype(self.dtype)
+            return (batch * scale + shift).astype(self.type)
         import torch
 
-        dtype = torch_dtype(self.dtype)
+        dtype = torch_dtype(self.type)
         # in float32 at least, rounded to a narrower dtype once at the end (as the numpy path): in float16 itself
         # the rounded mean cancels, leaving values near 0 up to 138 float16 steps off
         work = torch.promote_types(dtype, torch.float32)

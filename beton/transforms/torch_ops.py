@@ -55,9 +55,15 @@ def _require_torch(operation: BatchOperation, previous: State) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ToTorchImage(BatchOperation):
-    """HWC images -> CHW tensors; with ``channels_last`` the memory stays HWC (torch's channels_last format)."""
+    """HWC images -> CHW tensors; with ``channels_last`` the memory stays HWC (torch's channels_last format).
+
+    ``convert_back_int16`` is taken for FFCV's programs and changes nothing: FFCV's NormalizeImage hands float16
+    images on as int16 bits for this step to view as float16 again, beton's hands on float16 itself, so every
+    int16 batch reaching this step holds int16 values and stays int16.
+    """
 
     channels_last: bool = True
+    convert_back_int16: bool = True
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
@@ -110,18 +116,18 @@ class Squeeze(BatchOperation):
 class Convert(BatchOperation):
     """Change the tensor dtype (values converted, as ``tensor.to(dtype)``; a Padded or Packed batch's values)."""
 
-    dtype: Any
+    target_dtype: Any  # FFCV's name
 
     layouts = _ANY_LAYOUT
 
     def output_state(self, previous: State) -> State:
         _require_torch(self, previous)
-        return dataclasses.replace(previous, dtype=torch_dtype(self.dtype))
+        return dataclasses.replace(previous, dtype=torch_dtype(self.target_dtype))
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
         if is_ragged(batch):
-            return batch._replace(values=batch.values.to(torch_dtype(self.dtype)))
-        return batch.to(torch_dtype(self.dtype))
+            return batch._replace(values=batch.values.to(torch_dtype(self.target_dtype)))
+        return batch.to(torch_dtype(self.target_dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,19 +135,19 @@ class ViewAs(BatchOperation):
     """Reinterpret the batch's bits as another dtype of the same size (e.g. uint16 -> bfloat16), on numpy
     arrays (``ndarray.view``) or torch tensors (``Tensor.view``)."""
 
-    dtype: Any
+    target_dtype: Any  # FFCV's name
 
     def output_state(self, previous: State) -> State:
         previous.require(isinstance(previous, State) and previous.kind in ("numpy", "torch"), self,
                          "a numpy or torch batch")
-        target = np.dtype(self.dtype) if previous.kind == "numpy" else torch_dtype(self.dtype)
+        target = np.dtype(self.target_dtype) if previous.kind == "numpy" else torch_dtype(self.target_dtype)
         previous.require(target.itemsize == previous.dtype.itemsize, self, f"a dtype of {target.itemsize} bytes")
         return dataclasses.replace(previous, dtype=target)
 
     def apply(self, batch: Any, context: BatchContext) -> Any:
         if isinstance(batch, np.ndarray):
-            return batch.view(np.dtype(self.dtype))
-        target = torch_dtype(self.dtype)
+            return batch.view(np.dtype(self.target_dtype))
+        target = torch_dtype(self.target_dtype)
         return batch if batch.dtype == target else batch.view(target)
 
 
