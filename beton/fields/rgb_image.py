@@ -29,7 +29,9 @@ Write modes:
 ``restart_markers`` (on by default): every sequential JPEG the field stores, given or encoded, gets a restart
 marker every few MCUs, added losslessly (:mod:`beton.codecs.jpeg_restarts`: the same coefficients, so the same
 pixels, for a few percent more bytes), so that the crop decoders decode only the segments a crop touches
-(:mod:`beton.decoders.jpeg_regions`). Off, given JPEG bytes are stored byte for byte.
+(:mod:`beton.decoders.jpeg_regions`). A given JPEG is first decoded strictly (at 1/8 scale), and one that
+libjpeg-turbo decodes only with a warning (truncated, corrupt) is refused with an EncodeError. Off, given JPEG
+bytes are stored byte for byte, unchecked.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from beton.codecs.image_record import (
     PROGRESSIVE_RECORD,
     raw_view,
 )
-from beton.codecs.jpeg_restarts import encode_jpeg, with_restart_markers
+from beton.codecs.jpeg_restarts import encode_jpeg, strict_check, with_restart_markers
 from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
@@ -153,7 +155,7 @@ class RGBImageField(Field):
             wants_jpeg = self._choose_jpeg(height * width * self.channels, context, given_jpeg=True)
             keeps_size = self.max_resolution is None or max(height, width) <= self.max_resolution
             if wants_jpeg and keeps_size and decodable:  # stored as they are: no generation loss
-                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), self._segmented(data))
+                return Encoded((IMAGE_MODES["jpg"], self.channels, 0, height, width), self._stored_jpeg(data))
             pixels = self._resized(self._as_pixels(_decode_for_rewrite(data, self.channels)))
         else:
             pixels = self._resized(self._as_pixels(value))
@@ -175,9 +177,16 @@ class RGBImageField(Field):
     # whether every JPEG given to encode() has passed strict_check already (a subclass that checks them itself)
     _given_jpegs_checked = False
 
-    def _segmented(self, jpeg: bytes) -> bytes:
-        """A given JPEG as stored: with restart markers added (losslessly) unless the field says not to."""
-        return with_restart_markers(jpeg, checked=self._given_jpegs_checked) if self.restart_markers else jpeg
+    def _stored_jpeg(self, jpeg: bytes) -> bytes:
+        """A given JPEG as stored: checked to decode without a warning, then given restart markers (losslessly);
+        with ``restart_markers=False``, byte for byte and unchecked (FFCV's way)."""
+        if not self.restart_markers:
+            return jpeg
+        if not self._given_jpegs_checked:
+            problem = strict_check(jpeg, JPEG_COLORSPACES[self.channels])
+            if problem is not None:  # found anyway (the transcode needs the check): refused now, not in epoch 3
+                raise EncodeError(f"JPEG is truncated or corrupt: {problem}")
+        return with_restart_markers(jpeg, checked=True)
 
     def _encode_progressive(self, pixels: np.ndarray, subsampling: str) -> Encoded:
         """Progressive JPEG; a converted JPEG keeps its chroma subsampling (4:4:4 to 4:2:0 would cost ~20 dB)."""

@@ -133,7 +133,9 @@ def test_damaged_jpegs_raise_where_the_decoded_rows_reach_the_damage(tmp_path):
     early[header_end + 40 : header_end + 240] = b"\xff\x13" * 100  # the first rows' entropy data destroyed
     late[-400:-200] = bytes(200)  # the last rows' zeroed (no marker bytes; the EOI marker stays)
     truncated = data[: len(data) * 9 // 10]  # the end missing, as from a broken download
-    path = write(tmp_path / "damaged.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+    # stored as given, without restart markers (the default refuses damaged JPEGs when written)
+    path = write(tmp_path / "damaged.beton", {"image": RGBImageField(write_mode="jpg", restart_markers=False),
+                                              "label": IntField()},
                  [(data, 0), (bytes(early), 1), (bytes(late), 2), (truncated, 3)])
     top = RandomResizedCropRGBImageDecoder((16, 16), scale=(0.05, 0.05), ratio=(1, 1))  # ~35 px near the top
 

@@ -339,7 +339,9 @@ def test_a_corrupt_jpeg_names_the_sample_and_field(tmp_path):
     broken = bytearray(jpegs[7])
     broken[len(broken) // 2 : len(broken) // 2 + 200] = bytes(200)  # header intact, entropy data destroyed
     jpegs[7] = bytes(broken[: len(broken) * 3 // 4])
-    path = write(tmp_path / "c.beton", {"image": RGBImageField(write_mode="jpg"), "label": IntField()},
+    # stored as given (the default refuses it when written): damage as in a file FFCV wrote
+    path = write(tmp_path / "c.beton", {"image": RGBImageField(write_mode="jpg", restart_markers=False),
+                                        "label": IntField()},
                  [(j, i) for i, j in enumerate(jpegs)])
     with Loader(path, batch_size=4, num_workers=2,
                 pipelines={"image": [RandomResizedCropRGBImageDecoder((16, 16)), ToTensor()]}) as loader:
@@ -481,17 +483,36 @@ def test_given_jpegs_are_checked_before_markers_are_added_and_encoded_ones_are_n
     """A JPEG handed to the field as bytes is decoded strictly once (damage would otherwise be transcoded into a
     clean-looking JPEG); one the field encodes itself needs no check."""
     given = simplejpeg.encode_jpeg(photo_crop(1, 96, 128), quality=90)
-    damaged = bytearray(given)
-    damaged[-300:-150] = bytes(150)  # zeroed data the transcoder would read as coefficients
     decodes = []
     real_decode = simplejpeg.decode_jpeg
     monkeypatch.setattr(simplejpeg, "decode_jpeg", lambda *args, **kwargs: decodes.append(1) or
                         real_decode(*args, **kwargs))
     path = write(tmp_path / "a.beton", {"image": RGBImageField(write_mode="jpg")},
-                 [(given,), (bytes(damaged),), (photo_crop(2, 96, 128),)])
+                 [(given,), (photo_crop(2, 96, 128),)])
     monkeypatch.undo()
-    assert len(decodes) == 2  # the two given JPEGs, once each
+    assert len(decodes) == 1  # the given JPEG, once
     with beton.Reader(path) as reader:
         assert bytes(reader.payload(0, "image")) == with_restart_markers(given) != given
-        assert bytes(reader.payload(1, "image")) == bytes(damaged)  # stored as given: its damage stays visible
-        assert b"\xff\xdd" in bytes(reader.payload(2, "image"))
+        assert b"\xff\xdd" in bytes(reader.payload(1, "image"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zeroed"])
+def test_a_damaged_jpeg_is_refused_when_written_naming_its_sample(tmp_path, damage):
+    """Refused by the writer, as beton convert refuses it, not stored for the loader to raise on in some epoch;
+    restart_markers=False stores the bytes as given (FFCV's way), for the loader to report."""
+    given = simplejpeg.encode_jpeg(photo_crop(1, 96, 128), quality=90)
+    damaged = bytearray(given)
+    if damage == "truncated":
+        del damaged[len(damaged) // 2 : -2]
+    else:
+        damaged[-300:-150] = bytes(150)  # data the transcoder would read as coefficients
+    samples = [(given, 0), (bytes(damaged), 1)]
+    fields = {"image": RGBImageField(write_mode="jpg"), "label": IntField()}
+    with pytest.raises(EncodeError, match=r"field 'image', sample 1: JPEG is truncated or corrupt"):
+        write(tmp_path / "a.beton", fields, samples)
+    path = write(tmp_path / "b.beton", {**fields, "image": RGBImageField(write_mode="jpg", restart_markers=False)},
+                 samples)
+    with beton.Reader(path) as reader:
+        assert bytes(reader.payload(1, "image")) == bytes(damaged)
+        with pytest.raises(DecodeError):
+            reader[1]
