@@ -30,7 +30,8 @@ import simplejpeg
 
 from beton.codecs.jpeg_layout import frame_size, jpeg_layout
 
-__all__ = ["add_restart_markers", "choose_interval", "encode_jpeg", "strict_check", "with_restart_markers"]
+__all__ = ["add_restart_markers", "choose_interval", "compile_transcoder", "encode_jpeg", "strict_check",
+           "with_restart_markers"]
 
 _LOOKAHEAD = 10  # Huffman codes up to this many bits are decoded by one table lookup
 _MAX_BLOCKS_IN_MCU = 10  # libjpeg's limit (D_MAX_BLOCKS_IN_MCU): a larger MCU is an error there too
@@ -105,6 +106,11 @@ def encode_jpeg(pixels: np.ndarray, quality: int, restart_markers: bool = True) 
     return encoded.tobytes()
 
 
+def compile_transcoder() -> None:
+    """Compile (or load from numba's disk cache) everything :func:`with_restart_markers` runs, on a tiny JPEG."""
+    with_restart_markers(encode_jpeg(np.zeros((16, 32, 3), np.uint8), 90, restart_markers=False))
+
+
 def strict_check(data: bytes, colorspace: str = "RGB") -> str | None:
     """Why libjpeg-turbo cannot decode ``data`` without a warning (truncated, corrupt, data left over...), or
     None when it can. A decode at 1/8 scale: every Huffman code is still read, the IDCT is 64x cheaper.
@@ -167,30 +173,73 @@ def _dht(identifiers: list[int]) -> bytes:
     return b"\xff\xc4" + (2 + len(body)).to_bytes(2, "big") + body
 
 
+# what _walk_header leaves in its ``found`` array, by index
+_HEIGHT, _WIDTH, _COMPONENTS, _OLD_INTERVAL, _DROPPED, _SOS, _SCAN = range(7)
+_IDENTIFIER, _HORIZONTAL, _VERTICAL, _DC_TABLE, _AC_TABLE, _DEFINED = 8, 12, 16, 20, 24, 28  # 4 each; 8 tables
+_FOUND_SIZE = 36
+
+
 @numba.njit(cache=True, nogil=True)
 def _parse_header(data: np.ndarray):
     """The marker segments up to the scan, when it is one sequential scan of every component in frame order:
     (offset of SOS, offset of the entropy-coded data, old restart interval, MCUs, component of each block in
     an MCU, Huffman code counts and symbols per component (DC table 2c, AC table 2c + 1), each component's DC
     table id, offsets of the DRI segments); the data's offset is -1 for anything else."""
-    size = data.size
     no_int = np.zeros(0, np.int64)
-    fail = (0, -1, 0, 0, no_int, np.zeros((0, 16), np.uint8), np.zeros((0, 256), np.uint8), no_int, no_int)
-    if size < 4 or data[0] != 0xFF or data[1] != 0xD8:
-        return fail
     table_counts = np.zeros((8, 16), np.uint8)  # class * 4 + id
     table_symbols = np.zeros((8, 256), np.uint8)
-    defined = np.zeros(8, np.bool_)
-    drops = np.zeros(size // 6 + 1, np.int64)
+    drops = np.zeros(data.size // 6 + 1, np.int64)
+    found = np.zeros(_FOUND_SIZE, np.int64)
+    if not _walk_header(data, table_counts, table_symbols, drops, found):  # the one failure return: cheap to compile
+        return 0, -1, 0, 0, no_int, np.zeros((0, 16), np.uint8), np.zeros((0, 256), np.uint8), no_int, no_int
+    components = found[_COMPONENTS]
+    counts = np.zeros((2 * components, 16), np.uint8)
+    symbols = np.zeros((2 * components, 256), np.uint8)
+    dc_ids = np.zeros(components, np.int64)
+    blocks, widest, tallest = 0, 1, 1
+    # plain loops: numba compiles array-to-slice copies and .max() reductions into far more code (seconds)
+    for c in range(components):
+        dc, ac = found[_DC_TABLE + c], found[_AC_TABLE + c]
+        for index in range(16):
+            counts[2 * c, index], counts[2 * c + 1, index] = table_counts[dc, index], table_counts[4 + ac, index]
+        for index in range(256):
+            symbols[2 * c, index], symbols[2 * c + 1, index] = table_symbols[dc, index], table_symbols[4 + ac, index]
+        dc_ids[c] = dc
+        blocks += found[_HORIZONTAL + c] * found[_VERTICAL + c]
+        widest, tallest = max(widest, found[_HORIZONTAL + c]), max(tallest, found[_VERTICAL + c])
+    horizontal, vertical = found[_HORIZONTAL : _HORIZONTAL + components], found[_VERTICAL : _VERTICAL + components]
+    height, width = found[_HEIGHT], found[_WIDTH]
+    if components == 1:  # a one-component scan is not interleaved: an MCU is one block
+        columns = ((width * horizontal[0] + widest - 1) // widest + 7) // 8
+        rows = ((height * vertical[0] + tallest - 1) // tallest + 7) // 8
+        component_of_block = np.zeros(1, np.int64)
+    else:
+        columns, rows = (width + 8 * widest - 1) // (8 * widest), (height + 8 * tallest - 1) // (8 * tallest)
+        component_of_block = np.zeros(blocks, np.int64)
+        block = 0
+        for c in range(components):
+            for _ in range(horizontal[c] * vertical[c]):
+                component_of_block[block] = c
+                block += 1
+    return (found[_SOS], found[_SCAN], found[_OLD_INTERVAL], columns * rows, component_of_block, counts, symbols,
+            dc_ids, drops[: found[_DROPPED]])
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_header(data: np.ndarray, table_counts: np.ndarray, table_symbols: np.ndarray, drops: np.ndarray,
+                 found: np.ndarray) -> bool:
+    """Checks the marker segments up to the scan (see :func:`_parse_header`), filling in the Huffman tables, the
+    DRI segments' offsets and ``found`` (indexed by the constants above); False for anything unsupported or
+    malformed. Allocates nothing, so that its many failure exits compile to plain returns."""
+    size = data.size
+    if size < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return False
     dropped = 0
-    identifiers = np.zeros(4, np.int64)
-    horizontal = np.zeros(4, np.int64)
-    vertical = np.zeros(4, np.int64)
     components, height, width, old_interval = 0, 0, 0, 0
     position = 2
     while True:
         if position + 2 > size or data[position] != 0xFF:
-            return fail
+            return False
         marker = np.int64(data[position + 1])
         if marker == 0xFF:  # fill byte
             position += 1
@@ -199,97 +248,82 @@ def _parse_header(data: np.ndarray):
             position += 2
             continue
         if marker == 0xD8 or marker == 0xD9 or position + 4 > size:
-            return fail  # a second SOI, or EOI before any scan
+            return False  # a second SOI, or EOI before any scan
         length = (np.int64(data[position + 2]) << 8) | np.int64(data[position + 3])
         body, end = position + 4, position + 2 + length
         if length < 2 or end > size:
-            return fail
+            return False
         if marker == 0xC0 or marker == 0xC1:  # sequential, Huffman-coded
             if components > 0 or length < 8 or data[body] != 8:
-                return fail  # a second frame, or not 8-bit
+                return False  # a second frame, or not 8-bit
             height = (np.int64(data[body + 1]) << 8) | np.int64(data[body + 2])
             width = (np.int64(data[body + 3]) << 8) | np.int64(data[body + 4])
             components = np.int64(data[body + 5])
             if height == 0 or width == 0 or not 1 <= components <= 4 or length != 8 + 3 * components:
-                return fail  # height 0 means a DNL marker after the scan: not supported
+                return False  # height 0 means a DNL marker after the scan: not supported
             for c in range(components):
-                identifiers[c] = data[body + 6 + 3 * c]
-                horizontal[c] = data[body + 7 + 3 * c] >> 4
-                vertical[c] = data[body + 7 + 3 * c] & 15
-                if not (1 <= horizontal[c] <= 4 and 1 <= vertical[c] <= 4):
-                    return fail
+                found[_IDENTIFIER + c] = data[body + 6 + 3 * c]
+                found[_HORIZONTAL + c] = data[body + 7 + 3 * c] >> 4
+                found[_VERTICAL + c] = data[body + 7 + 3 * c] & 15
+                if not (1 <= found[_HORIZONTAL + c] <= 4 and 1 <= found[_VERTICAL + c] <= 4):
+                    return False
                 for other in range(c):
-                    if identifiers[other] == identifiers[c]:
-                        return fail
+                    if found[_IDENTIFIER + other] == found[_IDENTIFIER + c]:
+                        return False
         elif 0xC2 <= marker <= 0xCF and marker != 0xC4:
-            return fail  # progressive, lossless, arithmetic-coded (and DAC), reserved
+            return False  # progressive, lossless, arithmetic-coded (and DAC), reserved
         elif marker == 0xC4:
             at = body
             while at < end:
                 if at + 17 > end:
-                    return fail
+                    return False
                 table_class, identifier = data[at] >> 4, data[at] & 15
                 total = 0
                 for length_index in range(16):
                     total += np.int64(data[at + 1 + length_index])
                 if table_class > 1 or identifier > 3 or total > 256 or at + 17 + total > end:
-                    return fail
+                    return False
                 code = 0
                 for length_index in range(16):  # canonical codes (T.81 C.2) must fit their length, as libjpeg
                     code += np.int64(data[at + 1 + length_index])  # checks (so no all-ones code either)
                     if code >= 1 << (length_index + 1):
-                        return fail
+                        return False
                     code <<= 1
                 slot = table_class * 4 + identifier
-                table_symbols[slot, :] = 0
+                for index in range(256):
+                    table_symbols[slot, index] = 0
                 for index in range(16):
                     table_counts[slot, index] = data[at + 1 + index]
                 for index in range(total):
                     table_symbols[slot, index] = data[at + 17 + index]
                     if table_class == 0 and data[at + 17 + index] > _MAX_DC_CATEGORY:
-                        return fail
-                defined[slot] = True
+                        return False
+                found[_DEFINED + slot] = 1
                 at += 17 + total
         elif marker == 0xDD:  # DRI: dropped, a new one goes before the scan
             if length != 4:
-                return fail
+                return False
             old_interval = (np.int64(data[body]) << 8) | np.int64(data[body + 1])
             drops[dropped] = position
             dropped += 1
         elif marker == 0xDA:  # SOS: every component, in frame order, sequential (Ss=0, Se=63, Ah=Al=0)
             if components == 0 or length != 6 + 2 * components or data[body] != components:
-                return fail
+                return False
             if data[end - 3] != 0 or data[end - 2] != 63 or data[end - 1] != 0:
-                return fail
-            counts = np.zeros((2 * components, 16), np.uint8)
-            symbols = np.zeros((2 * components, 256), np.uint8)
-            dc_ids = np.zeros(components, np.int64)
+                return False
             blocks = 0
             for c in range(components):
                 selector, dc, ac = data[body + 1 + 2 * c], data[body + 2 + 2 * c] >> 4, data[body + 2 + 2 * c] & 15
-                if selector != identifiers[c] or dc > 3 or ac > 3 or not defined[dc] or not defined[4 + ac]:
-                    return fail
-                counts[2 * c], symbols[2 * c] = table_counts[dc], table_symbols[dc]
-                counts[2 * c + 1], symbols[2 * c + 1] = table_counts[4 + ac], table_symbols[4 + ac]
-                dc_ids[c] = dc
-                blocks += horizontal[c] * vertical[c]
-            widest, tallest = horizontal[:components].max(), vertical[:components].max()
-            if components == 1:  # a one-component scan is not interleaved: an MCU is one block
-                columns = ((width * horizontal[0] + widest - 1) // widest + 7) // 8
-                rows = ((height * vertical[0] + tallest - 1) // tallest + 7) // 8
-                component_of_block = np.zeros(1, np.int64)
-            else:
-                if blocks > _MAX_BLOCKS_IN_MCU:
-                    return fail
-                columns, rows = (width + 8 * widest - 1) // (8 * widest), (height + 8 * tallest - 1) // (8 * tallest)
-                component_of_block = np.zeros(blocks, np.int64)
-                block = 0
-                for c in range(components):
-                    for _ in range(horizontal[c] * vertical[c]):
-                        component_of_block[block] = c
-                        block += 1
-            return (position, end, old_interval, columns * rows, component_of_block, counts, symbols, dc_ids,
-                    drops[:dropped])
+                if selector != found[_IDENTIFIER + c] or dc > 3 or ac > 3 or not found[_DEFINED + dc] \
+                        or not found[_DEFINED + 4 + ac]:
+                    return False
+                found[_DC_TABLE + c], found[_AC_TABLE + c] = dc, ac
+                blocks += found[_HORIZONTAL + c] * found[_VERTICAL + c]
+            if components > 1 and blocks > _MAX_BLOCKS_IN_MCU:
+                return False
+            found[_HEIGHT], found[_WIDTH], found[_COMPONENTS] = height, width, components
+            found[_OLD_INTERVAL], found[_DROPPED], found[_SOS], found[_SCAN] = old_interval, dropped, position, end
+            return True
         position = end
 
 
@@ -411,7 +445,8 @@ def _unstuff(data: np.ndarray, start: int, segments: int) -> tuple[np.ndarray, n
             count += 1
         else:
             starts[count] = used
-            unstuffed[used : used + 8] = 0
+            for index in range(used, used + 8):
+                unstuffed[index] = 0
             return unstuffed, starts, count, position - 2
     return unstuffed, starts, -1, size
 
@@ -486,7 +521,8 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
                 return -1
             fetched, end = segment_starts[segment], segment_starts[segment + 1] * 8
             window, bits = 0, 0
-            old_dc[:] = 0
+            for component in range(components):
+                old_dc[component] = 0
         if mcu > 0 and mcu % interval == 0:  # a new restart: pad with 1-bits, RSTn, predictors reset
             if pending > 0:
                 used, accumulator, pending = _put(output, used, accumulator, pending, 0xFF, 8 - pending)
@@ -495,7 +531,8 @@ def _transcode(data, segment_starts, old_interval, interval, mcus, component_of_
             output[used] = 0xFF
             output[used + 1] = 0xD0 + (mcu // interval - 1) % 8
             used += 2
-            new_dc[:] = 0
+            for component in range(components):
+                new_dc[component] = 0
         for block in range(blocks):
             component = component_of_block[block]
             if bits < 32:

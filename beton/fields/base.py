@@ -131,6 +131,10 @@ class Field(abc.ABC):
         """The constructor's keyword arguments as a JSON-serialisable dict."""
         return {}
 
+    def prepare_encoding(self) -> None:
+        """Called once by the writer before its encoding processes start: compile what ``encode`` runs, so that
+        each process loads it from numba's disk cache instead of compiling it again at the same time."""
+
     # Grouped page layout (optional): a field whose payload splits into pieces of increasing importance (the
     # scans of a progressive JPEG) may ask the writer to store, within each page, every sample's first piece,
     # then every sample's second piece, and so on, so that reading the first k pieces of all samples of a page

@@ -55,7 +55,7 @@ from beton.codecs.image_record import (
     PROGRESSIVE_RECORD,
     raw_view,
 )
-from beton.codecs.jpeg_restarts import encode_jpeg, strict_check, with_restart_markers
+from beton.codecs.jpeg_restarts import compile_transcoder, encode_jpeg, strict_check, with_restart_markers
 from beton.codecs.jpeg_scans import EOI, check_scan_tables, fidelity_bytes, jpeg_scan_ends, scan_pieces, whole_jpeg
 from beton.codecs.lossless import decode_lossless, encode_lossless
 from beton.decoders.rgb_image import CenterCropRGBImageDecoder, RandomResizedCropRGBImageDecoder, SimpleRGBImageDecoder
@@ -176,6 +176,10 @@ class RGBImageField(Field):
 
     # whether every JPEG given to encode() has passed strict_check already (a subclass that checks them itself)
     _given_jpegs_checked = False
+
+    def prepare_encoding(self) -> None:
+        if self.restart_markers:  # the transcoder is compiled once, here, rather than in every writer process
+            compile_transcoder()
 
     def _stored_jpeg(self, jpeg: bytes) -> bytes:
         """A given JPEG as stored: checked to decode without a warning, then given restart markers (losslessly);

@@ -256,6 +256,8 @@ class DatasetWriter:
 
     def _encode_in_workers(self, chunks: Iterator[list[ChunkItem]], dataset: Any,
                            spec: EncodeSpec) -> Iterator[EncodedChunk]:
+        for field in spec.fields:
+            field.prepare_encoding()
         context = multiprocessing.get_context(self.start_method)
         with parent_link(context) as link:  # workers end with this process, even one killed by SIGKILL
             pool = ProcessPoolExecutor(

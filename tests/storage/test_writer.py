@@ -14,7 +14,7 @@ from beton.fields import BytesField, FloatField, IntField, JSONField, NDArrayFie
 from beton.fields.base import Encoded, Field
 
 from conftest import MIXED_FIELDS, ListDataset, mixed_sample, write
-from user_fields import NoisyField
+from user_fields import NoisyField, PreparedField
 
 
 class FailingDataset(ListDataset):
@@ -243,3 +243,13 @@ def test_shuffle_indices_stores_a_seeded_permutation(tmp_path):
                                                    written("b.beton", 3, num_workers=2), written("c.beton", 4))
     assert first == second  # the same file for any number of workers
     assert sorted(stored) == list(range(300)) and stored != list(range(300)) and stored != reseeded
+
+
+def test_fields_prepare_their_encoding_in_the_writing_process_before_its_workers_start(tmp_path):
+    """Where RGBImageField compiles its JPEG transcoder once, instead of once in every worker at the same time."""
+    marker = tmp_path / "prepared"
+    path = write(tmp_path / "p.beton", {"value": PreparedField(str(marker))}, [(i,) for i in range(40)],
+                 chunksize=5, num_workers=2)
+    assert marker.read_text() == str(os.getpid())
+    with beton.Reader(path, custom_fields={"value": PreparedField}) as reader:
+        assert [reader[i][0] for i in range(40)] == list(range(40))

@@ -46,7 +46,8 @@ from beton.tools.bench.report import run_header
 from beton.tools.bench.timing import alternating_runs, epoch_rate, paired_ratio
 from beton.fields import IntField, RGBImageField
 
-__all__ = ["run_suite", "measure_contenders", "measured_epoch", "image_scenario", "writer_scenario"]
+__all__ = ["run_suite", "measure_contenders", "measured_epoch", "image_scenario", "first_batch_scenario",
+           "writer_scenario"]
 
 
 def measure_contenders(builders: dict[str, Callable[[], Iterable | c.Converted | str]], repeats: int) -> dict:
@@ -128,8 +129,9 @@ _FIRST_BATCH = textwrap.dedent("""
 """)
 
 
-def _first_batch_scenario(path: str, directory: str) -> dict:
-    """Cold: empty beton and numba caches (every kernel compiles); warm: the second process, same caches."""
+def first_batch_scenario(path: str, directory: str) -> dict:
+    """Seconds to the first RandomResizedCrop-160 batch of ``path`` in a fresh process. Cold: empty beton and numba
+    caches, made in ``directory`` (every kernel compiles); warm: the second process, same caches."""
     cache = os.path.join(directory, "fresh-kernel-cache")
     environment = {**os.environ, "BETON_CACHE_DIR": cache, "NUMBA_CACHE_DIR": os.path.join(cache, "numba")}
     result = {}
@@ -218,7 +220,7 @@ def run_suite(quick: bool = False, output_dir: str | None = None) -> dict:
             ("b. RRC-160, ~500 px JPEGs", lambda: image_scenario(large, directory, "large", c.ImageTask("rrc", 160, 64), repeats)),
             ("c. CenterCrop-224, ~256 px JPEGs", lambda: image_scenario(small, directory, "small", c.ImageTask("center", 224, 64), repeats)),
             ("d. raw 3x32x32, batch 512", lambda: _raw_scenario(raw_count, directory, repeats)),
-            ("e. first batch in a fresh process", lambda: _first_batch_scenario(os.path.join(directory, "small.beton"), directory)),
+            ("e. first batch in a fresh process", lambda: first_batch_scenario(os.path.join(directory, "small.beton"), directory)),
             ("f. writer", lambda: writer_scenario(small, directory)),
             ("g. OS vs process cache, page cache dropped", lambda: _cache_scenario(large, directory, repeats)),
         ]
