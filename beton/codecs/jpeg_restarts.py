@@ -14,7 +14,8 @@ and a DHT segment redefining a DC table that lacks a category a restart needs (o
 Bytes after EOI are dropped.
 
 :func:`choose_interval` picks an interval that divides an MCU row, so that every row holds whole segments
-(about 64 pixels wide: four 16-pixel MCUs).
+(about 64 pixels wide: four 16-pixel MCUs). :func:`encode_jpeg` encodes pixels with those markers written by the
+encoder itself, and :func:`strict_check` is the check a given JPEG passes before it is transcoded.
 
 Every input is untrusted: lengths, table sizes and indices are checked before use (numba does no bounds
 checking), all work and memory is bounded by the input's size, and anything unsupported or malformed gives
