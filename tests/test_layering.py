@@ -19,7 +19,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "beton"
 #: Lowest first. A module belongs to the longest prefix listed.
 LAYERS: list[tuple[str, ...]] = [
     ("beton.errors", "beton._version", "beton.bounded_json", "beton._cores", "beton.limits", "beton.dtypes",
-     "beton.pieces", "beton.random", "beton.threading_layer", "beton.private_dirs", "beton.contracts"),
+     "beton.pieces", "beton.random", "beton.threading_layer", "beton.private_dirs", "beton.contracts",
+     "beton.user_warnings"),
     ("beton.codecs",),
     ("beton.pipeline",),
     ("beton.decoders",),

@@ -225,7 +225,7 @@ class RGBImageField(Field):
 
     def _as_pixels(self, value: Any) -> np.ndarray:
         if not isinstance(value, np.ndarray):
-            value = _from_pil(value)
+            value = _from_pil(value, self.channels)
         if value.dtype != self.numpy_dtype:
             raise EncodeError(f"expected a {self.dtype} image, got dtype {value.dtype}")
         if value.ndim == 2:
@@ -385,13 +385,20 @@ def _jpeg_header(data: bytes) -> tuple[int, int, bool, str]:
     return height, width, colorspace in ("Gray", "YCbCr", "RGB"), subsampling
 
 
-def _from_pil(value: Any) -> np.ndarray:
+def _from_pil(value: Any, channels: int) -> np.ndarray:
+    """A PIL image's pixels; other modes converted to RGB, or RGBA for a 4-channel field. An alpha channel is
+    never dropped silently: for a field without one it is an EncodeError saying how to drop or keep it."""
     modes = {"L": None, "RGB": None, "RGBA": None, "I;16": "<u2"}
     mode = getattr(value, "mode", None)
     if not isinstance(mode, str):  # a PIL image's mode is its name; a torch tensor's .mode is a method
         raise EncodeError(f"expected an image (numpy array, PIL image or JPEG bytes), got {type(value).__name__}")
+    has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in value.info)
+    if has_alpha and channels != 4:
+        raise EncodeError(f"a PIL image with an alpha channel (mode {mode}) for a field of {channels} channels: "
+                          f"image.convert({'L' if channels == 1 else 'RGB'!r}) drops the alpha, "
+                          "RGBImageField(channels=4, write_mode='raw' or 'lossless') keeps it")
     if mode not in modes:
-        value = value.convert("RGB")
+        value = value.convert("RGBA" if has_alpha else "RGB")
     array = np.asarray(value)
     return array.astype(modes[value.mode]) if modes.get(value.mode) else array
 

@@ -259,7 +259,8 @@ def _tune(arguments: argparse.Namespace) -> int:
     max_bytes = _max_size(arguments.max_size, os.path.getsize(arguments.source))
     profile, plan = tune(arguments.source, arguments.output, field=arguments.field, batch_size=arguments.batch_size,
                          cores=arguments.cores, read_bandwidth=bandwidth, output_size=arguments.output_size,
-                         num_workers=arguments.num_workers, progress=arguments.output is not None,
+                         num_workers=arguments.num_workers,
+                         progress=arguments.output is not None and not arguments.no_progress,
                          max_bytes=max_bytes)
     source = "given" if bandwidth is not None else "measured"
     print(f"host: {profile.cores} decoding cores; JPEG decode {profile.decode_seconds_per_pixel * 1e9:.2f} ns/pixel "
@@ -502,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(2x); the plan is the best mix that fits")
     tuning.add_argument("--num-workers", type=int, default=-1,
                         help="processes writing the balanced file (default -1: every usable core)")
+    tuning.add_argument("--no-progress", action="store_true", help="no progress bar while writing")
     tuning.set_defaults(run=_tune)
 
     bench = commands.add_parser("bench", help="run the side-by-side benchmark suite")

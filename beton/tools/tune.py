@@ -422,6 +422,9 @@ def tune(source: str | os.PathLike[str], output: str | os.PathLike[str] | None =
             raise FieldError(f"{reader.path}: field {name!r} cannot hold JPEGs (4 channels or uint16)")
         if np.any(reader.data_table[name]["mode"] == IMAGE_MODES["lossless"]):
             raise FieldError(f"{reader.path}: field {name!r} holds lossless images; tune mixes raw and JPEG")
+        if np.all(reader.data_table[name]["mode"] == IMAGE_MODES["raw"]):
+            raise FieldError(f"{reader.path}: every image of field {name!r} is stored raw already: there is no JPEG "
+                             "decoding to trade for reading, so nothing to tune")
         profile = measure_host(reader, name, cores, read_bandwidth, output_size)
         plan = plan_mix(reader, name, profile, batch_size, extra_cpu_seconds_per_image, max_bytes)
     if output is not None:

@@ -9,7 +9,6 @@ device the batch is.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import numba
 import numpy as np
 
 from beton.pipeline.operation import BatchContext, JitOperation, State, torch_dtype
+from beton.user_warnings import warn_at_user_code
 
 __all__ = ["NormalizeImage"]
 
@@ -59,9 +59,9 @@ class NormalizeImage(JitOperation):
                          and channels in (previous.shape[0], previous.shape[2]),
                          self, f"images with {channels} channels (HxWxC numpy, or torch CxHxW / HxWxC)")
         if str(previous.dtype) in ("uint8", "torch.uint8") and max(map(abs, (*self.mean, *self.std))) <= 1:
-            warnings.warn(f"NormalizeImage(mean={list(self.mean)}, std={list(self.std)}) looks like statistics on "
-                          "the 0..1 scale, but the images are uint8 (0..255): multiply mean and std by 255",
-                          UserWarning, stacklevel=2)
+            warn_at_user_code(f"NormalizeImage(mean={[float(v) for v in self.mean]}, std="
+                              f"{[float(v) for v in self.std]}) looks like statistics on the 0..1 scale, but the "
+                              "images are uint8 (0..255): multiply mean and std by 255")
         if previous.kind == "numpy":
             previous.require(previous.shape[2] == channels, self, f"numpy HxWx{channels} images")
             return dataclasses.replace(previous, dtype=np.dtype(self.type))

@@ -121,6 +121,20 @@ def test_pil_images_are_accepted(tmp_path):
         assert reader[2][0].shape == PHOTOS[2].shape
 
 
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "PA"])
+def test_a_pil_image_s_alpha_is_never_dropped_silently(tmp_path, mode):
+    """Refused with the two ways out for a field without alpha (LA was once converted to RGB without a word);
+    kept by a 4-channel field."""
+    from PIL import Image
+
+    image = Image.fromarray(PHOTOS[0]).convert(mode)
+    with pytest.raises(EncodeError, match=rf"alpha channel \(mode {mode}\).*convert\('RGB'\).*channels=4"):
+        write(tmp_path / "a.beton", {"image": RGBImageField()}, [(image,)])
+    path = write(tmp_path / "b.beton", {"image": RGBImageField(write_mode="raw", channels=4)}, [(image,)])
+    with beton.Reader(path) as reader:
+        np.testing.assert_array_equal(reader[0][0], np.asarray(image.convert("RGBA")))
+
+
 def test_max_resolution_keeps_the_aspect_ratio(tmp_path):
     image = photo_crop(0, 300, 450)
     path = write(tmp_path / "m.beton", {"image": RGBImageField(max_resolution=150)}, [(image,)])

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+import simplejpeg
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -147,6 +148,9 @@ def test_tune_measures_this_host_and_the_cli_writes_the_file(jpeg_file, tmp_path
     assert "images raw" in done.stdout and "OrderOption.BALANCED" in done.stdout
     with beton.Reader(output) as reader:
         assert reader.fields["image"].write_mode == "balanced" and reader.num_samples == len(JPEGS)
+    quiet = run_cli("tune", jpeg_file, "-o", output, "--batch-size", "16", "--read-bandwidth", "5", "--num-workers",
+                    "0", "--no-progress")
+    assert quiet.returncode == 0 and "samples/s" in done.stderr and "samples/s" not in quiet.stderr
 
 
 def test_read_bandwidth_paces_the_process_cache(jpeg_file):
@@ -235,6 +239,13 @@ def test_tune_says_plainly_when_there_is_no_image_field(tmp_path):
     assert done.returncode == 1
     assert "has no image field to tune" in done.stderr and "'label' (IntField)" in done.stderr
     assert "image fields: []" not in done.stderr
+
+
+def test_tune_says_plainly_when_every_image_is_raw_already(tmp_path):
+    path = write(tmp_path / "raw.beton", {"image": RGBImageField(write_mode="raw"), "label": IntField()},
+                 [(simplejpeg.decode_jpeg(jpeg), i) for i, jpeg in enumerate(JPEGS[:4])])
+    done = run_cli("tune", path)
+    assert done.returncode == 1 and "stored raw already" in done.stderr and "nothing to tune" in done.stderr
 
 
 def test_the_balanced_file_keeps_the_metadata(tmp_path):

@@ -206,6 +206,15 @@ def test_normalize_warns_about_0_to_1_statistics_on_uint8_images(tile_file):
                         NormalizeImage(*imagenet)])
 
 
+def test_the_0_to_1_warning_points_at_the_user_s_line_and_prints_plain_numbers(tile_file):
+    """Not at beton's pipeline planner, several frames below the user's loop; numpy statistics as 0.485, not
+    np.float64(0.485)."""
+    with pytest.warns(UserWarning, match=r"mean=\[0.485, 0.456, 0.406\]") as caught:
+        run(tile_file, [NormalizeImage(np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])),
+                        ToTensor()])
+    assert [w.filename for w in caught if "0..1" in str(w.message)] == [__file__]
+
+
 @pytest.mark.parametrize("channels", [1, 2, 4])
 def test_normalize_any_channel_count(tmp_path, channels):
     images = [np.asarray(photo_crop(i, 6, 7)[..., [0, 1, 2, 0][:channels]]) for i in range(10)]

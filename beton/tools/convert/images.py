@@ -17,8 +17,8 @@ processes, where the field encodes:
   PNG, WebP, TIFF, BMP and GIF data) and converted to the field's channels and depth.
 
 Colour conversion: grey, palette, RGB, RGBA, CMYK and 16-bit inputs all become the field's layout (1, 3 or 4
-channels of uint8 or uint16). Reductions are reported, never silent: an alpha channel dropped or 16-bit samples
-reduced to 8 bits are reported with :func:`~beton.storage.writer.warn_sample`, and the write report counts them (keep them
+channels of uint8 or uint16). Reductions are reported, never silent: an alpha channel dropped, 16-bit samples
+reduced to 8 bits or a lossless file stored as a JPEG are reported with :func:`~beton.storage.writer.warn_sample`, and the write report counts them (keep them
 with ``keep_alpha`` / ``keep_depth``, which store images losslessly). 8-bit inputs in a 16-bit field are scaled
 by 257 (255 becomes 65535). EXIF orientation is not applied, as torchvision's PIL loader does not apply it, so
 stored JPEG bytes and decoded formats agree.
@@ -68,6 +68,10 @@ _JPEG_DECODABLE = ("Gray", "YCbCr", "RGB")  # libjpeg-turbo gives RGB/grey from 
 _KEEPS_JPEG = ("jpg", "smart", "proportion", "balanced")  # modes that store given JPEG bytes as they are
 _ALPHA_DROPPED = "had an alpha channel, dropped (keep_alpha=True or --keep-alpha keeps it)"
 _DEPTH_REDUCED = "had 16-bit samples, reduced to 8 bits (keep_depth=True or --keep-depth keeps them)"
+_LOSSY = "came from a lossless file (PNG, BMP, TIFF, PNM), stored as a lossy JPEG (write_mode='lossless' or " \
+    "--write-mode lossless keeps it exact)"
+_LOSSLESS_FORMATS = ("PNG", "BMP", "TIFF", "PNM")
+_ALWAYS_JPEG = ("jpg", "progressive")  # write modes that store every image as JPEG
 
 
 def sniff_image_format(data: bytes) -> str | None:
@@ -124,6 +128,8 @@ class ImageFileField(RGBImageField):
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
         if pixels is None:
             raise EncodeError(f"{kind} data cannot be decoded (truncated or corrupt)")
+        if kind in _LOSSLESS_FORMATS and self.write_mode in _ALWAYS_JPEG:
+            warn_sample(_LOSSY)
         return self._converted(pixels, kind, bgr=True)
 
     def _prepare_jpeg(self, data: bytes) -> bytes | np.ndarray:
