@@ -18,8 +18,9 @@ processes, where the field encodes:
 
 Colour conversion: grey, palette, RGB, RGBA, CMYK and 16-bit inputs all become the field's layout (1, 3 or 4
 channels of uint8 or uint16). Reductions are reported, never silent: an alpha channel dropped, 16-bit samples
-reduced to 8 bits or a lossless file stored as a JPEG are reported with :func:`~beton.storage.writer.warn_sample`, and the write report counts them (keep them
-with ``keep_alpha`` / ``keep_depth``, which store images losslessly). 8-bit inputs in a 16-bit field are scaled
+reduced to 8 bits or a lossless file stored as a JPEG are reported with :func:`~beton.storage.writer.warn_sample`,
+and the write report counts them (keep them with ``keep_alpha`` / ``keep_depth``, which store images
+losslessly). 8-bit inputs in a 16-bit field are scaled
 by 257 (255 becomes 65535). EXIF orientation is not applied, as torchvision's PIL loader does not apply it, so
 stored JPEG bytes and decoded formats agree.
 
