@@ -74,10 +74,8 @@ def with_restart_markers(data: bytes, checked: bool = False) -> bytes:
     layout = jpeg_layout(payload)
     if layout is None:
         return data
-    height, width = frame_size(payload, layout.frame)
-    # every 8x8 block codes at least 2 bits: a frame declaring more blocks than that is not whole, and its check
-    # decode below would allocate for the size it declares (it is left for the decoders to report)
-    if width < 1 or -(-height // 8) * -(-width // 8) > 4 * payload.size + 4:
+    width = frame_size(payload, layout.frame)[1]
+    if width < 1:
         return data
     interval = choose_interval(-(-width // layout.mcu_width))
     if layout.restart_interval == interval:
@@ -118,8 +116,17 @@ def strict_check(data: bytes, colorspace: str = "RGB") -> str | None:
 
     The one check of a given JPEG's data that writers make, shared so that no JPEG is decoded twice for it.
     ``colorspace`` as simplejpeg takes it; a grey decode of a colour JPEG still reads every component's codes.
+
+    A frame declaring more 8x8 blocks than its bytes can code is not whole, and is refused undecoded: the decode
+    would allocate for the size it declares. Each block codes at least 2 bits in a one-scan sequential JPEG (a DC
+    and an AC code), 1 in a progressive one's DC scan (arithmetic-coded JPEGs of that few bits are refused too).
     """
     try:
+        height, width = simplejpeg.decode_jpeg_header(data)[:2]
+        bits_per_block = 2 if jpeg_layout(np.frombuffer(data, np.uint8)) is not None else 1
+        if -(-height // 8) * -(-width // 8) > 8 // bits_per_block * len(data) + 4:
+            return (f"the frame declares {width}x{height} pixels, more 8x8 blocks than its {len(data)} bytes can "
+                    "code: the data is not whole")
         simplejpeg.decode_jpeg(data, colorspace=colorspace, min_factor=8, min_height=1, min_width=1)
     except ValueError as error:  # strict: libjpeg warnings raise too
         return str(error)

@@ -530,3 +530,27 @@ def test_a_damaged_jpeg_is_refused_when_written_naming_its_sample(tmp_path, dama
         assert bytes(reader.payload(1, "image")) == bytes(damaged)
         with pytest.raises(DecodeError):
             reader[1]
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_a_given_jpeg_declaring_more_blocks_than_its_bytes_hold_is_refused_undecoded(progressive):
+    """A 64x64 JPEG relabelled 40000x40000: the field's check refuses it before its decode would allocate for the
+    declared size (75 MB at 1/8 scale)."""
+    import tracemalloc
+
+    from beton.fields.base import EncodeContext
+
+    flags = [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)]
+    data = bytearray(cv2.imencode(".jpg", photo_crop(3, 64, 64), flags)[1].tobytes())
+    frame = data.index(b"\xff\xc2" if progressive else b"\xff\xc0")
+    data[frame + 5 : frame + 9] = (40000).to_bytes(2, "big") * 2
+    field, context = RGBImageField(write_mode="jpg"), EncodeContext(0, 0, 0)
+    field.encode(simplejpeg.encode_jpeg(photo_crop(3, 64, 64)), context)  # compiled code loaded first
+    tracemalloc.start()
+    try:
+        with pytest.raises(EncodeError, match=r"declares 40000x40000 pixels, more 8x8 blocks than"):
+            field.encode(bytes(data), context)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
