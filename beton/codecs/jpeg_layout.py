@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-__all__ = ["JpegLayout", "jpeg_layout", "frame_size"]
+__all__ = ["JpegLayout", "jpeg_layout", "frame_layout", "frame_size"]
 
 
 class JpegLayout(NamedTuple):
@@ -23,7 +23,7 @@ class JpegLayout(NamedTuple):
 
 
 @numba.njit(cache=True)  # keeps the GIL: a microsecond's work, see beton.decoders.image_crops
-def _frame_layout(payload: np.ndarray) -> tuple[int, int, int, int, int]:
+def frame_layout(payload: np.ndarray) -> tuple[int, int, int, int, int]:
     """(SOF offset, MCU height, MCU width, restart interval, scan start) of a one-scan sequential JPEG, else
     (-1, 0, 0, 0, 0).
 
@@ -76,7 +76,7 @@ def _frame_layout(payload: np.ndarray) -> tuple[int, int, int, int, int]:
 
 def jpeg_layout(payload: np.ndarray) -> JpegLayout | None:
     """The layout of ``payload`` when parts of it can be decoded alone (a one-scan sequential JPEG); else None."""
-    layout = _frame_layout(payload)
+    layout = frame_layout(payload)
     return None if layout[0] < 0 else JpegLayout(*(int(value) for value in layout))
 
 

@@ -31,14 +31,16 @@ import numba
 import numpy as np
 import simplejpeg
 
-from beton.codecs.jpeg_layout import JpegLayout
+from beton.codecs.jpeg_layout import JpegLayout, frame_layout
 
-__all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window"]
+__all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window", "splice_crop",
+           "uint64_words"]
 
 _SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
 
 
-def rows_to_decode(bottom: int, height: int, mcu_height: int, exact_upsampling: bool) -> int:
+@numba.njit(cache=True)
+def rows_to_decode(bottom, height, mcu_height, exact_upsampling):
     """Image rows to decode so that rows ``[0, bottom)`` come out exactly as in a full decode.
 
     Whole MCU rows; with libjpeg's smooth (triangle) chroma upsampling one MCU row more, because each row's
@@ -94,33 +96,39 @@ def restart_window(layout: JpegLayout, height: int, width: int, region: tuple[in
     A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg picks the largest DCT scale
     whose output is at least the size asked for, and 8 pixels or fewer decode to the same size at two scales.
     """
-    interval = layout.restart_interval
-    per_row = -(-width // layout.mcu_width)
+    window = _window(layout.mcu_height, layout.mcu_width, layout.restart_interval, height, width, *region,
+                     exact_upsampling)
+    return None if window[0] < 0 else RestartWindow(*window)
+
+
+@numba.njit(cache=True)
+def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling):
+    """:func:`restart_window`'s fields, compiled to be called from :func:`splice_crop` too; row0 is -1 for None."""
+    per_row = -(-width // mcu_width)
     if interval <= 0 or per_row <= 0 or height <= 0:
-        return None
+        return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
     if per_row % interval == 0:  # several segments in each MCU row
-        unit_height, unit_width, columns = layout.mcu_height, interval * layout.mcu_width, per_row // interval
+        unit_height, unit_width, columns = mcu_height, interval * mcu_width, per_row // interval
     elif interval % per_row == 0:  # each segment whole MCU rows
-        unit_height, unit_width, columns = interval // per_row * layout.mcu_height, width, 1
+        unit_height, unit_width, columns = interval // per_row * mcu_height, width, 1
     else:
-        return None
+        return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
     rows = -(-height // unit_height)
-    top, bottom, left, right = region
-    row0, row1 = top // unit_height, min(rows, -(-bottom // unit_height))
-    column0, column1 = left // unit_width, min(columns, -(-right // unit_width))
     margin = 1 if exact_upsampling else 0
-    row0, row1 = _widened(max(0, row0 - margin), min(rows, row1 + margin), rows, unit_height, height)
-    column0, column1 = _widened(max(0, column0 - margin), min(columns, column1 + margin), columns, unit_width,
-                                width)
-    if (row0, row1, column0, column1) == (0, rows, 0, columns):
-        return None
-    top, left = row0 * unit_height, column0 * unit_width
-    segments = -(-(-(-height // layout.mcu_height) * per_row) // interval)
-    return RestartWindow(row0, row1, column0, column1, columns, segments, top, left,
-                         min(height, row1 * unit_height) - top, min(width, column1 * unit_width) - left)
+    row0, row1 = _widened(max(0, top // unit_height - margin), min(rows, -(-bottom // unit_height) + margin), rows,
+                          unit_height, height)
+    column0, column1 = _widened(max(0, left // unit_width - margin), min(columns, -(-right // unit_width) + margin),
+                                columns, unit_width, width)
+    if row0 == 0 and row1 == rows and column0 == 0 and column1 == columns:
+        return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    window_top, window_left = row0 * unit_height, column0 * unit_width
+    segments = -(-(-(-height // mcu_height) * per_row) // interval)
+    return (row0, row1, column0, column1, columns, segments, window_top, window_left,
+            min(height, row1 * unit_height) - window_top, min(width, column1 * unit_width) - window_left)
 
 
-def _widened(first: int, end: int, count: int, unit: int, size: int) -> tuple[int, int]:
+@numba.njit(cache=True, inline="always")
+def _widened(first, end, count, unit, size):
     """Units [first, end) grown by one at a time, inward first, until they span over 8 pixels or all ``count``."""
     while min(size, end * unit) - first * unit <= 8 and (first > 0 or end < count):
         if first > 0:
@@ -132,29 +140,36 @@ def _widened(first: int, end: int, count: int, unit: int, size: int) -> tuple[in
 
 _ONES = np.uint64(0x0101010101010101)
 _HIGHS = np.uint64(0x8080808080808080)
+_BYTE_INDEX = np.uint64(0x0001020304050607)  # times 0x01 in byte k of a word: k in the top byte
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _next_marker(payload, words, position):
     """Where the next marker at or after ``position`` starts (0xFF followed by neither a stuffed 0 nor another 0xFF,
-    a fill byte); -1 if none does before the end. Skips 8 bytes at a time while none of them is 0xFF (about one
-    byte in a hundred of photos' coded data is): ``words`` is ``payload``'s whole 8-byte words, as uint64."""
+    a fill byte); -1 if none does before the end. Tests 8 bytes at a time for a 0xFF (about one byte in a hundred
+    of photos' coded data is one) and jumps to the first: ``words`` is ``payload``'s whole 8-byte words, as
+    uint64 (:func:`uint64_words`)."""
     size = payload.size
     while position + 1 < size:
-        while position & 7 == 0 and (position >> 3) < words.size:
-            word = words[position >> 3]
-            if (~word - _ONES) & word & _HIGHS:  # a byte of ~word is 0: a byte of word is 0xFF
-                break
-            position += 8
-        if position + 1 >= size:
-            return -1
-        if payload[position] == 0xFF:
-            following = payload[position + 1]
-            if following != 0 and following != 0xFF:
-                return position
-            position += 1 if following == 0xFF else 2
-        else:
+        index = position >> 3
+        if index < words.size:
+            word = words[index] >> np.uint64(8 * (position & 7))  # its bytes from position on, zeros above them
+            # a 0x80 bit in each byte of ~word that is 0, so each 0xFF byte of word; only the lowest is certain
+            found = (~word - _ONES) & word & _HIGHS
+            if found == 0:
+                position = (index + 1) << 3
+                continue
+            lowest = (found & (~found + np.uint64(1))) >> np.uint64(7)  # 0x01 in the first 0xFF byte
+            position += np.int64((lowest * _BYTE_INDEX) >> np.uint64(56))
+            if position + 1 >= size:
+                return -1
+        elif payload[position] != 0xFF:
             position += 1
+            continue
+        following = payload[position + 1]
+        if following != 0 and following != 0xFF:
+            return position
+        position += 1 if following == 0xFF else 2
     return -1
 
 
@@ -205,6 +220,43 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
     return written
 
 
+@numba.njit(nogil=True, cache=True)
+def splice_crop(payload, words, height, width, top, bottom, left, right, factor, exact_upsampling, window_share,
+                spliced):
+    """Plan the decode of the image pixels [top, bottom) x [left, right) of ``payload`` at 1/``factor``, and
+    splice its window when that is the plan: one compiled call for the header walk, the choice and the splice
+    (the crop decoders' per-image path; :func:`restart_window` and :func:`decode_window` are its parts).
+
+    ``words``: ``payload``'s whole 8-byte words as uint64; ``spliced``: at least ``payload.size`` bytes (a
+    window's JPEG is never longer than the payload). Returns (frame, frame height, frame width, rows, length,
+    window top, left, height, width): frame -1 if the payload is not a one-scan sequential JPEG (decode it
+    whole); a frame whose size is not ``height`` x ``width`` decides nothing more (length -1); else ``length``
+    bytes of ``spliced`` are the window's JPEG, or, if -1, the top ``rows`` rows are what to decode
+    (:func:`rows_to_decode`). A window is taken only when it holds at most ``window_share`` of those rows'
+    pixels: finding its segments reads the coded data up to its end."""
+    frame, mcu_height, mcu_width, interval, scan_start = frame_layout(payload)
+    if frame < 0:
+        return -1, 0, 0, 0, -1, 0, 0, 0, 0
+    frame_height = (np.int64(payload[frame + 5]) << 8) | np.int64(payload[frame + 6])
+    frame_width = (np.int64(payload[frame + 7]) << 8) | np.int64(payload[frame + 8])
+    if frame_height != height or frame_width != width:
+        return frame, frame_height, frame_width, 0, -1, 0, 0, 0, 0
+    scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
+    rows = rows_to_decode(scaled_bottom * factor, height, mcu_height, exact_upsampling)
+    row0, row1, column0, column1, columns, segments, window_top, window_left, window_height, window_width = \
+        _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling)
+    length = -1
+    if row0 >= 0 and window_height * window_width <= window_share * rows * width:
+        length = _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments,
+                         window_height, window_width, spliced)
+    return frame, frame_height, frame_width, rows, length, window_top, window_left, window_height, window_width
+
+
+def uint64_words(payload: np.ndarray) -> np.ndarray:
+    """``payload``'s whole 8-byte words as uint64, for the marker scan."""
+    return payload[: payload.size // 8 * 8].view(np.uint64)
+
+
 def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow,
                   buffer: Callable[[int], np.ndarray], output: np.ndarray, **decode_options) -> bool:
     """Decode ``window`` of ``payload`` into ``output``, whose shape must be the window's at the DCT scale asked
@@ -213,8 +265,7 @@ def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow
     a reusable array for the spliced JPEG. Raises ValueError, like ``simplejpeg.decode_jpeg``."""
     selected = (window.row1 - window.row0) * (window.column1 - window.column0)
     spliced = buffer(payload.size + 2 * selected + 2)
-    words = payload[: payload.size // 8 * 8].view(np.uint64)
-    length = _splice(payload, words, layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
+    length = _splice(payload, uint64_words(payload), layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
                      window.column1, window.columns, window.segments, window.height, window.width, spliced)
     if length < 0:
         return False

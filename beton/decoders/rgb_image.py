@@ -33,11 +33,10 @@ import simplejpeg
 from beton.codecs.image_record import IMAGE_MODES, JPEG_COLORSPACES, JPEG_MODES, raw_view
 from beton.codecs.jpeg_scans import progressive_prefix, scans_to_read
 from beton.codecs.lossless import decode_lossless_region
-from beton.codecs.jpeg_layout import JpegLayout, frame_size, jpeg_layout
 from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
 from beton.decoders.image_crops import center_crop, random_resized_crop
-from beton.decoders.jpeg_regions import decode_rows, decode_window, restart_window, rows_to_decode
+from beton.decoders.jpeg_regions import decode_rows, splice_crop, uint64_words
 from beton.decoders.subpixel import shift_into
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, State
 
@@ -233,32 +232,37 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
     height, width, channels = shape
     options = {"colorspace": JPEG_COLORSPACES[channels], "min_factor": factor, "fastupsample": fast_upsample}
     try:
-        layout = jpeg_layout(payload) if region is not None else None
+        frame, length = -1, -1
+        if region is not None:
+            spliced = scratch(payload.size, "window")
+            frame, frame_height, frame_width, rows, length, top, left, window_height, window_width = splice_crop(
+                payload, uint64_words(payload), height, width, *region, factor, not fast_upsample, _WINDOW_SHARE,
+                spliced)
+        if frame < 0:  # decoded whole
+            frame_height, frame_width = simplejpeg.decode_jpeg_header(payload)[:2]
+            rows = height
         # the JPEG's own size first: buffers are sized from the data table, which it must not contradict
-        frame_height, frame_width = frame_size(payload, layout.frame) if layout is not None else \
-            simplejpeg.decode_jpeg_header(payload)[:2]
         if (frame_height, frame_width) != (height, width):
             raise ValueError(f"the JPEG's frame is {frame_width}x{frame_height}, the data table says "
                              f"{width}x{height}")
-        if layout is None:
-            return _decode_rows(payload, None, shape, factor, height, options, scratch), 0, 0
-        scaled_bottom = min(-(-height // factor), -(-region[1] // factor))  # the last decoded row the crop touches
-        rows = rows_to_decode(scaled_bottom * factor, height, layout.mcu_height, not fast_upsample)
-        window = restart_window(layout, height, width, region, exact_upsampling=not fast_upsample)
-        if window is not None and window.height * window.width <= _WINDOW_SHARE * rows * width:
-            image = scratch(-(-window.height // factor) * -(-window.width // factor) * channels).reshape(
-                -(-window.height // factor), -(-window.width // factor), channels)
-            if decode_window(payload, layout, window, lambda nbytes: scratch(nbytes, "window"), image,
-                             min_width=image.shape[1], **options):
-                return image, window.top, window.left
-        return _decode_rows(payload, layout, shape, factor, rows, options, scratch), 0, 0
+        if length < 0:
+            return _decode_rows(payload, frame, shape, factor, rows, options, scratch), 0, 0
+        image = scratch(-(-window_height // factor) * -(-window_width // factor) * channels).reshape(
+            -(-window_height // factor), -(-window_width // factor), channels)
+        decoded = simplejpeg.decode_jpeg(spliced[:length], buffer=image, min_height=image.shape[0],
+                                         min_width=image.shape[1], **options)
+        if decoded.shape[:2] != image.shape[:2]:
+            raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]} of a {window_width}x{window_height} "
+                             f"window, expected {image.shape[1]}x{image.shape[0]}")
+        return image, top, left
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None
 
 
-def _decode_rows(payload: np.ndarray, layout: JpegLayout | None, shape: tuple[int, int, int], factor: int,
-                 rows: int, options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
-    """Decode at 1/``factor`` the image's top ``rows`` rows: all of them, or whole MCU rows of ``layout``."""
+def _decode_rows(payload: np.ndarray, frame: int, shape: tuple[int, int, int], factor: int, rows: int,
+                 options: dict[str, Any], scratch: Callable[..., np.ndarray]) -> np.ndarray:
+    """Decode at 1/``factor`` the image's top ``rows`` rows: all of them, or whole MCU rows of the sequential
+    JPEG whose frame header is at ``frame``."""
     height, width, channels = shape
     # libjpeg-turbo scales by 1/factor to ceil(size / factor) (tested); no header parse needed to know it
     scaled_height, scaled_width = -(-height // factor), -(-width // factor)
@@ -271,8 +275,8 @@ def _decode_rows(payload: np.ndarray, layout: JpegLayout | None, shape: tuple[in
             raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]}, expected "
                              f"{scaled_width}x{scaled_height} (the data table says {width}x{height})")
     else:
-        decode_rows(payload, layout.frame, rows, lambda nbytes: scratch(nbytes, "rows"), image,
-                    min_width=scaled_width, **options)
+        decode_rows(payload, frame, rows, lambda nbytes: scratch(nbytes, "rows"), image, min_width=scaled_width,
+                    **options)
     return image
 
 

@@ -16,7 +16,8 @@ from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageD
 from beton.decoders.rgb_image import resize_into
 from beton.codecs.jpeg_layout import jpeg_layout
 from beton.codecs.jpeg_restarts import with_restart_markers
-from beton.decoders.jpeg_regions import decode_rows, decode_window, restart_window, rows_to_decode
+from beton.decoders.jpeg_regions import (_next_marker, decode_rows, decode_window, restart_window,
+                                        rows_to_decode, uint64_words)
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
@@ -244,6 +245,32 @@ def test_restart_segments_out_of_sequence_are_not_spliced():
         out = np.empty((16, 16, 3), np.uint8)
         assert not decode_window(np.frombuffer(bytes(damaged), np.uint8), layout, window,
                                  lambda n: np.empty(n, np.uint8), out, colorspace="RGB", min_width=16)
+
+
+def next_marker_reference(data: bytes, position: int) -> int:
+    """Byte by byte: the first 0xFF at or after ``position`` followed by neither 0 (stuffing) nor 0xFF (fill)."""
+    while position + 1 < len(data):
+        if data[position] == 0xFF:
+            if data[position + 1] not in (0, 0xFF):
+                return position
+            position += 1 if data[position + 1] == 0xFF else 2
+        else:
+            position += 1
+    return -1
+
+
+@given(st.lists(st.sampled_from([0, 0xFF, 0xD0, 0xD7, 0xD9, 0x01, 0x7F, 0xFE]), max_size=80))
+@example([0] * 15 + [0xFF, 0xD3])  # a marker across two words
+@example([0xFF] * 9 + [0xD0])  # fill bytes, then a marker
+def test_the_marker_scan_finds_what_a_byte_by_byte_scan_finds(values):
+    """The scan tests 8 bytes at a time and jumps to the first 0xFF of a word: from every start, in every
+    alignment, next to the end, it agrees with the plain loop."""
+    for pad in range(8):  # every alignment of the bytes to the 8-byte words
+        data = bytes(pad) + bytes(values)
+        payload = np.frombuffer(data, np.uint8)
+        words = uint64_words(payload)
+        assert [_next_marker(payload, words, start) for start in range(len(data) + 1)] == \
+            [next_marker_reference(data, start) for start in range(len(data) + 1)]
 
 
 @given(st.binary(max_size=400), st.integers(0, 3000))
