@@ -5,8 +5,7 @@
 
 Seed files cover every built-in field kind (int, float, ndarray, torch tensor, bytes, JSON, and images stored
 raw, JPEG, lossless 8/16-bit, progressive and scan-grouped progressive), a field of an unregistered type, a
-file with file-level metadata (all of them format version 3, with content digests), a version-1 file without
-digests (tests/data/version1), and the two FFCV files of tests/data/ffcv. Case n picks a
+file with file-level metadata, and the two FFCV files of tests/data/ffcv. Case n picks a
 seed file and a mutation from a generator seeded with n: structure-aware changes of every table (header counts
 and table references, field records, their strings - hostile JSON and dtypes -, any member of any data-table
 record, allocations, page checksums, the metadata table; for FFCV files its header, descriptors, metadata and
@@ -14,12 +13,11 @@ allocation table), or byte-level flips, writes, splices, truncations and extensi
 inside the file): checksums protect against accidents, not against whoever edits a file. Half of the byte-level
 damage to beton files is left unsigned instead - an accident (a bad disk, a broken copy) - and must be flagged:
 ``beton.verify`` raises, or every sample still reads as in the intact file. Re-signing recomputes the content
-digests of a version-3 file too (page and table digests, the header's content digest), as whoever edits a file
-can: only a pin of the header (a manifest's hash) tells such a file from the original.
+digests too (page and table digests, the header's content digest), as whoever edits a file can: only a pin of the header (a manifest's hash) tells such a file from the original.
 
 Two hostile cases beyond mutations (issue #25):
 
-* **forged** (5% of the cases of version-3 seeds): bytes of one heap page changed and 4 other bytes of the page
+* **forged** (5% of the cases of beton seeds): bytes of one heap page changed and 4 other bytes of the page
   chosen so that its CRC32 is kept (``tests/forgery.py``), nothing else touched: every CRC32 and the header match,
   so only the content digests can tell. It must be flagged as an accident must (``beton.verify`` raises, or every
   sample reads as in the intact file), and a Loader epoch with ``verify_content=True`` must raise or read every
@@ -70,7 +68,6 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FFCV_FIXTURES = ROOT / "tests" / "data" / "ffcv"
-VERSION1_FIXTURE = ROOT / "tests" / "data" / "version1" / "basic.beton"  # a file without content digests
 sys.path.insert(0, str(ROOT / "tests"))
 from forgery import forge_keeping_crc32  # noqa: E402
 BUGS = ("other", "crash", "hang", "memory", "unflagged")
@@ -145,8 +142,6 @@ def make_seed_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         path = folder / f"ffcv_{mode}.beton"
         path.write_bytes(gzip.decompress((FFCV_FIXTURES / f"ffcv_v2_{mode}.beton.gz").read_bytes()))
         made[f"ffcv_{mode}"] = path
-    made["version1"] = folder / "version1.beton"  # written before content digests
-    made["version1"].write_bytes(VERSION1_FIXTURE.read_bytes())
     return made
 
 
@@ -176,7 +171,7 @@ class Parts:
     data_dtype: np.dtype
     allocations: np.ndarray  # ALLOCATION_DTYPE, flat
     checksums: bytearray | None = None  # None: recomputed from the heap
-    metadata: bytes | None = None  # the metadata table of a version-2 file
+    metadata: bytes = b"{}"  # the metadata table
 
     @classmethod
     def of(cls, content: bytes, data_dtype: np.dtype) -> Parts:
@@ -186,9 +181,7 @@ class Parts:
         table = {name: content[int(header[0][name]["offset"]) :][: int(header[0][name]["size"])]
                  for name in ("field_table", "data_table", "allocation_table")}
         records_size = int(header[0]["num_fields"]) * fmt.FIELD_RECORD_DTYPE.itemsize
-        metadata = None
-        if int(header[0]["version"]) >= fmt.METADATA_VERSION:
-            metadata = content[int(header[0]["metadata"]["offset"]) :][: int(header[0]["metadata"]["size"])]
+        metadata = content[int(header[0]["metadata"]["offset"]) :][: int(header[0]["metadata"]["size"])]
         return cls(header, bytearray(content[fmt.HEAP_OFFSET :][: int(header[0]["heap_size"])]),
                    np.frombuffer(table["field_table"][:records_size], fmt.FIELD_RECORD_DTYPE).copy(),
                    bytearray(table["field_table"][records_size:]), bytearray(table["data_table"]), data_dtype,
@@ -205,11 +198,9 @@ class Parts:
         out = bytearray(fmt.HEAP_OFFSET) + heap
         header["heap_size"] = len(heap)
         tables = {"field_table": self.records.tobytes() + bytes(self.strings), "data_table": bytes(self.data),
-                  "allocation_table": self.allocations.tobytes(), "page_checksums": checksums}
-        if self.metadata is not None:
-            tables["metadata"] = self.metadata
-        if int(header["version"]) >= fmt.DIGESTS_VERSION:  # its size here; its digests are resign()'s
-            tables["digest_table"] = bytes((len(checksums) // 4 + len(fmt.DIGESTED_TABLES)) * fmt.DIGEST_SIZE)
+                  "allocation_table": self.allocations.tobytes(), "page_checksums": checksums,
+                  "metadata": self.metadata,  # the digest table's size here; its digests are resign()'s
+                  "digest_table": bytes((len(checksums) // 4 + len(fmt.DIGESTED_TABLES)) * fmt.DIGEST_SIZE)}
         for name, blob in tables.items():
             out += bytes(-len(out) % 64)
             header[name]["offset"], header[name]["size"], header[name]["crc32"] = len(out), len(blob), zlib.crc32(blob)
@@ -326,9 +317,7 @@ def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator)
     from beton.storage import format as fmt
 
     parts = Parts.of(content, data_dtype)
-    kinds = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap"]
-    if parts.metadata is not None:
-        kinds += ["metadata"] * 3
+    kinds = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap", *["metadata"] * 3]
     what = kinds[rng.integers(len(kinds))]
     if what == "header":
         member = leaves(fmt.HEADER_DTYPE)[rng.integers(len(leaves(fmt.HEADER_DTYPE)))]
@@ -481,7 +470,7 @@ def make_case(case: int, seeds: dict[str, pathlib.Path], dtypes: dict[str, np.dt
     if truncation is not None:
         return (f"{name}: intact, truncated to {truncation[0] / 10:.1f}% under an OS-cache Loader after "
                 f"{truncation[1] * 1000:.0f} ms"), content
-    if not name.startswith(("ffcv", "version1")) and rng.random() < 0.05:
+    if not name.startswith("ffcv") and rng.random() < 0.05:
         forged = forge_page(content, rng)
         if forged is not None:
             return f"{name}: {forged[0]}{FORGED}", forged[1]

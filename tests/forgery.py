@@ -38,15 +38,12 @@ def forge_keeping_crc32(data: bytearray, start: int, end: int, changes: dict[int
 
 
 def resign_digests(content: bytearray, header) -> None:
-    """Lay out a version-3 file's digest table again after its last other table, for the heap and tables that
-    ``header`` (a HEADER_DTYPE record, changed in place) points to: the digests an attacker who edits a file
-    recomputes (only a pin of the header, such as a manifest's hash, tells the result from the original). Files
-    of earlier versions are left as they are."""
+    """Lay out a file's digest table again after its last other table, for the heap and tables that ``header`` (a
+    HEADER_DTYPE record, changed in place) points to: the digests an attacker who edits a file recomputes (only a
+    pin of the header, such as a manifest's hash, tells the result from the original)."""
     from beton.storage import format as fmt
     from beton.storage.digests import digest
 
-    if int(header["version"]) < fmt.DIGESTS_VERSION:
-        return
     page_size, heap_end = int(header["page_size"]), fmt.HEAP_OFFSET + int(header["heap_size"])
     pages = [digest(content[start : min(start + page_size, heap_end)])
              for start in range(fmt.HEAP_OFFSET, heap_end, page_size)]

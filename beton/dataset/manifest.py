@@ -8,9 +8,8 @@ comes from a manifest file (:func:`read_manifest`) or is built in memory from fi
 structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens one shard when asked and checks it
 against what the manifest says, so a Loader can open shards lazily.
 
-Why the header's hash identifies a shard: a version-3 header holds the SHA-256 of the digest table, which holds
-every page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing
-(older files hold only CRC32s, which tell accidents apart but can be kept by a deliberate edit). The file format (docs/format.md, "Manifest files")::
+Why the header's hash identifies a shard: the header holds the SHA-256 of the digest table, which holds every
+page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing. The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
      "tables": {"path": "train.tables", "sha256": "41d0...", "size": 58211840},
@@ -319,7 +318,8 @@ class Manifest:
 
     def content_checks(self, verify_content: bool | None) -> bool | None:
         """The ``verify_content`` its shards are read with when ``verify_content`` is asked for: as asked, except
-        that the shards of a manifest file are checked at least where they carry digests (None)."""
+        that the shards of a manifest file are always checked (None), as the hash of each header it lists pins
+        their digests."""
         return None if self.source is not None and not verify_content else verify_content
 
     def check_shard(self, number: int, reader: Reader) -> None:

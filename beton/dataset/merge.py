@@ -19,7 +19,7 @@ What the copy has to redo, because a shard's bytes describe their place in the s
 Checks, so that a merge can never launder damaged data into a file with fresh checksums: every shard is opened as
 a Reader opens a file (and against its manifest entry, when a manifest names it), its payloads are checked against
 their fields as ``verify`` does, and every heap page is copied out of the shard once and checked on that copy, against
-its CRC32 and, in a file of format version 3, its content digest (SHA-256, which whoever changes a page cannot
+its CRC32 and, in a beton file, its content digest (SHA-256, which whoever changes a page cannot
 keep as they can keep a CRC32; with the table digests, checked on opening): payloads are then taken from the
 checked copies, never read again from the shard, so the bytes merged (and given fresh checksums and digests) are
 the bytes checked. Fields must be the same in every shard (:class:`~beton.errors.ShardError` naming the
@@ -115,7 +115,7 @@ def merge(output: str | os.PathLike[str], source: Source, *, page_size: int | No
                     elif from_shards:
                         _check_metadata(first_metadata, reader.metadata, number)
                     reader.check_payloads()
-                    if reader.page_digests is not None:  # format version 3: its tables pinned as its pages are
+                    if reader.page_digests is not None:  # not an FFCV file: its tables pinned as its pages are
                         reader.check_table_digests()
                     for chunk in _shard_chunks(reader, builder.num_samples):
                         with _writing(output):
@@ -232,7 +232,7 @@ def _payloads(pages: _CheckedPages, field: Field, name: str, rows: np.ndarray, a
 
 class _CheckedPages:
     """Copies of the shard's heap pages under the current chunk, each checked, on the copy, against its CRC32 and
-    (format version 3) its content digest: the bytes a merge copies are those it checked, whatever the shard's
+    (in a beton file) its content digest: the bytes a merge copies are those it checked, whatever the shard's
     file does meanwhile. A page is copied and checked once while consecutive chunks need it."""
 
     def __init__(self, reader: Reader) -> None:

@@ -5,8 +5,8 @@ memory layers read them for every sample) and its page geometry, but no shard ne
 are read later, through shards opened when the epoch reaches them. :func:`read_local_tables` reads one local
 shard's tables in one visit (open, map, check, copy, unmap, close: no descriptor or map outlives the call) and
 checks them as :class:`~beton.storage.reader.Reader` checks a file (header, layout, zero padding, every table's
-CRC32, allocations inside the heap; in a version-3 file the digest table against the header's content digest and,
-where content is checked, every table against its digest), against what the manifest lists for the shard (its
+CRC32, allocations inside the heap, the digest table against the header's content digest and, where content is
+checked, every table against its digest), against what the manifest lists for the shard (its
 header's SHA-256, its sample count) and against the first shard's field table. Where content is checked it keeps
 the shard's page digests, which the memory layers check pages against as they first load them. What it leaves to its caller, because it is cheaper once
 over the union than once per shard: each field's record checks (``Field.check_records``) and, where a field table's
@@ -32,10 +32,9 @@ from beton.storage import format as fmt
 from beton.storage.local_file import open_regular
 from beton.storage.page_source import file_identity
 from beton.storage.remote import is_url
-from beton.storage.reader import (CONTENT_DIGEST_SLICE, DIGESTS_START, TABLES_WITH_DIGESTS, FieldDescriptor, Reader,
-                                  check_allocations, check_gaps_are_zero, check_layout, check_sample_count,
-                                  check_table_digests, checks_content, read_digest_table, parse_field_table,
-                                  read_header, table_names, typed_table)
+from beton.storage.reader import (TABLE_NAMES, FieldDescriptor, Reader, check_allocations, check_gaps_are_zero,
+                                  check_layout, check_sample_count, check_table_digests, read_digest_table,
+                                  parse_field_table, read_header, typed_table)
 
 __all__ = ["ShardTables", "UnionTables", "FirstShard", "check_payload_columns", "read_local_tables",
            "read_small_tables", "tables_of_reader", "records", "headers_pass", "file_ends", "SMALL_SHARD_BYTES"]
@@ -137,12 +136,12 @@ def check_payload_columns(manifest: Manifest, number: int, descriptors: Sequence
 def tables_of_reader(reader: Reader) -> tuple[ShardTables, FirstShard]:
     """The tables of an opened, validated Reader (a remote shard, or the first shard), copied out of its map, and
     its field table as the others are compared with it."""
-    blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in table_names(reader.header)}
+    blobs = {name: bytes(_region(reader.file_map, reader.header, name)) for name in TABLE_NAMES}
     # a local Reader keeps no descriptor: its file as it is now, which a single file's page source records too
     identity = None if is_url(reader.path) else file_identity(os.stat(reader.path))
     tables = ShardTables(len(reader.file_map), reader.num_samples, reader.num_pages, reader.page_size,
                          reader.heap_offset, reader.heap_size, blobs["data_table"], blobs["allocation_table"],
-                         blobs.get("metadata", b"{}"),
+                         blobs["metadata"],
                          reader.page_digests.tobytes() if reader.verify_content else None, identity)
     header = reader.header
     return tables, FirstShard(blobs["field_table"], int(header["num_fields"]), int(header["num_payload_fields"]),
@@ -190,7 +189,7 @@ def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstS
     check_layout(header, len(file_map))
     check_gaps_are_zero(file_map, header)
     tables = {}
-    for name in table_names(header):
+    for name in TABLE_NAMES:
         tables[name] = blob = _region(file_map, header, name)
         if zlib.crc32(blob) != int(header[name]["crc32"]):
             raise CorruptDataError(f"checksum of the {name.replace('_', ' ')} does not match (offset "
@@ -208,16 +207,15 @@ def _tables(manifest: Manifest, number: int, file_map: np.ndarray, first: FirstS
                               "allocation_table")
     num_pages = int(header["num_pages"])
     typed_table(tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (num_pages,), "page_checksums")
-    table_digests = read_digest_table(header, tables["digest_table"]) if "digest_table" in tables else None
+    table_digests = read_digest_table(header, tables["digest_table"])
     page_digests = None
-    if checks_content(verify_content, header, table_digests is not None):
+    if verify_content is not False:
         check_table_digests(file_map, header, table_digests)
         page_digests = table_digests[:num_pages].tobytes()
     heap_offset, heap_size = int(header["heap_offset"]), int(header["heap_size"])
     check_allocations(allocation, heap_offset, heap_size, lambda column: f"payload column {column}")
-    metadata = tables["metadata"].tobytes() if "metadata" in tables else b"{}"
     return ShardTables(len(file_map), num_samples, num_pages, int(header["page_size"]), heap_offset, heap_size,
-                       data.tobytes(), allocation.tobytes(), metadata, page_digests)
+                       data.tobytes(), allocation.tobytes(), tables["metadata"].tobytes(), page_digests)
 
 
 def _region(file_map: np.ndarray, header: np.void, name: str) -> np.ndarray:
@@ -303,16 +301,7 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
     ok &= np.array([zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) for raw in raw_headers]) == headers["header_crc32"]
     ok &= np.array([hashlib.sha256(raw).hexdigest() == shards.digests[number]
                     for raw, number in zip(raw_headers, numbers)])
-    version = headers["version"]
-    ok &= np.isin(version, fmt.SUPPORTED_VERSIONS) & (headers["header_size"] == fmt.HEADER_SIZE)
-    metadata_ref = headers["metadata"]
-    unused = (metadata_ref["offset"] == 0) & (metadata_ref["size"] == 0) & (metadata_ref["crc32"] == 0)
-    ok &= (version != fmt.FORMAT_VERSION) | (unused & (metadata_ref["reserved"] == 0))
-    header_bytes = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
-    with_digests = version >= fmt.DIGESTS_VERSION
-    ok &= with_digests | ~header_bytes[:, DIGESTS_START : CONTENT_DIGEST_SLICE.stop].any(axis=1)
-    if verify_content:
-        ok &= with_digests  # else refused, by read_local_tables
+    ok &= (headers["version"] == fmt.FORMAT_VERSION) & (headers["header_size"] == fmt.HEADER_SIZE)
     ok &= headers["num_samples"] == shards.counts[list(numbers)].astype(np.uint64)
     ok &= (headers["num_fields"] == first.num_fields) & (headers["num_payload_fields"] == first.num_payload_fields)
     page_size, heap_size = headers["page_size"], headers["heap_size"]
@@ -322,13 +311,12 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
     ok &= headers["num_pages"] == whole_pages + (heap_size - whole_pages * page_size > 0)
     # regions in file order, each after the one before, the last ending where the file ends
     end = np.full(len(headers), fmt.HEAP_OFFSET, np.uint64)
-    for name in ("heap", *TABLES_WITH_DIGESTS):
+    for name in ("heap", *TABLE_NAMES):
         start = headers["heap_offset"] if name == "heap" else headers[name]["offset"]
         length = heap_size if name == "heap" else headers[name]["size"]
-        present = _present(name, version)
         stop = start + length
-        ok &= ~present | ((start >= end) & (stop >= start) & (stop <= sizes))
-        end = np.where(present, stop, end)
+        ok &= (start >= end) & (stop >= start) & (stop <= sizes)
+        end = stop
     ok &= end == sizes
     # tables: their sizes for the counts, the first shard's field table, each CRC32, zeros between regions
     samples = headers["num_samples"]
@@ -338,45 +326,31 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
                                                                      fmt.ALLOCATION_DTYPE.itemsize)
     ok &= headers["page_checksums"]["size"] == headers["num_pages"] * np.uint64(fmt.PAGE_CHECKSUM_DTYPE.itemsize)
     digest_rows = headers["num_pages"] + np.uint64(len(fmt.DIGESTED_TABLES))
-    ok &= ~with_digests | (headers["digest_table"]["size"] == digest_rows * np.uint64(fmt.DIGEST_SIZE))
+    ok &= headers["digest_table"]["size"] == digest_rows * np.uint64(fmt.DIGEST_SIZE)
     return ok
 
 
 def file_ends(headers: np.ndarray) -> np.ndarray:
     """Where each file ends by its header (uint64): the end of its last region (its size, once
     :func:`headers_pass` passes it)."""
-    end = headers["heap_offset"] + headers["heap_size"]
-    for name in TABLES_WITH_DIGESTS:
-        end = np.where(_present(name, headers["version"]), headers[name]["offset"] + headers[name]["size"], end)
-    return end
-
-
-def _present(name: str, version: np.ndarray) -> np.ndarray:
-    """Which shards (of these format versions) have the region ``name``."""
-    if name == "metadata":
-        return version >= fmt.METADATA_VERSION
-    if name == "digest_table":
-        return version >= fmt.DIGESTS_VERSION
-    return np.ones(len(version), bool)
+    last = headers[TABLE_NAMES[-1]]
+    return last["offset"] + last["size"]
 
 
 def _check_contents(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, first: FirstShard,
                     verify_content: bool | None) -> None:
     """Clear ``ok`` for the shards (of those still passing) with a non-zero byte between regions, a table whose
-    CRC32 does not match, a field table other than the first shard's, or (version 3) a digest table that does not
-    match the header's content digest, or where content is checked a table that does not match its digest."""
+    CRC32 does not match, a field table other than the first shard's, or a digest table that does not match the
+    header's content digest, or where content is checked a table that does not match its digest."""
     regions = [("heap", headers["heap_offset"].tolist(), (headers["heap_offset"] + headers["heap_size"]).tolist(),
                 None)]
-    for name in TABLES_WITH_DIGESTS:
+    for name in TABLE_NAMES:
         reference = headers[name]
         regions.append((name, reference["offset"].tolist(), (reference["offset"] + reference["size"]).tolist(),
                         reference["crc32"].tolist()))
-    version = headers["version"]
-    region_counts = (1 + len(TABLES_WITH_DIGESTS) - (~_present("metadata", version)).astype(int)
-                     - (~_present("digest_table", version)).astype(int)).tolist()
     for position in np.flatnonzero(ok).tolist():
         content, view, previous = contents[position], memoryview(contents[position]), fmt.HEADER_SIZE
-        for name, starts, ends, crcs in regions[: region_counts[position]]:
+        for name, starts, ends, crcs in regions:
             start, end = starts[position], ends[position]
             if content.count(0, previous, start) != start - previous or \
                     (crcs is not None and zlib.crc32(view[start:end]) != crcs[position]):
@@ -386,12 +360,12 @@ def _check_contents(contents: list[bytes], headers: np.ndarray, ok: np.ndarray, 
         else:
             table = regions[1]
             ok[position] = view[table[1][position] : table[2][position]] == first.field_table
-            if ok[position] and region_counts[position] == len(regions):
+            if ok[position]:
                 ok[position] = _digests_pass(content, headers[position], verify_content)
 
 
 def _digests_pass(content: bytes, header: np.void, verify_content: bool | None) -> bool:
-    """Whether a version-3 shard read whole passes the digest checks of :func:`_tables`."""
+    """Whether a shard read whole passes the digest checks of :func:`_tables`."""
     file_map = np.frombuffer(content, np.uint8)
     reference = header["digest_table"]
     start = int(reference["offset"])
@@ -435,16 +409,13 @@ def _small_tables(contents: list[bytes], headers: np.ndarray, verify_content: bo
     data_start, data_size = columns("data_table", "offset"), columns("data_table", "size")
     allocation_start, allocation_size = columns("allocation_table", "offset"), columns("allocation_table", "size")
     metadata_start, metadata_size = columns("metadata", "offset"), columns("metadata", "size")
-    with_metadata = (headers["version"] >= fmt.METADATA_VERSION).tolist()
-    checked = ((headers["version"] >= fmt.DIGESTS_VERSION) & (verify_content is not False)).tolist()
     digests_start = columns("digest_table", "offset")
     samples, pages, page_sizes = columns("num_samples"), columns("num_pages"), columns("page_size")
     heap_offsets, heap_sizes = columns("heap_offset"), columns("heap_size")
     return [ShardTables(len(content), samples[k], pages[k], page_sizes[k], heap_offsets[k], heap_sizes[k],
                         content[data_start[k] : data_start[k] + data_size[k]],
                         content[allocation_start[k] : allocation_start[k] + allocation_size[k]],
-                        content[metadata_start[k] : metadata_start[k] + metadata_size[k]] if with_metadata[k]
-                        else b"{}",
-                        content[digests_start[k] : digests_start[k] + pages[k] * fmt.DIGEST_SIZE] if checked[k]
-                        else None)
+                        content[metadata_start[k] : metadata_start[k] + metadata_size[k]],
+                        content[digests_start[k] : digests_start[k] + pages[k] * fmt.DIGEST_SIZE]
+                        if verify_content is not False else None)
             for k, content in enumerate(contents)]

@@ -46,13 +46,12 @@ from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, TablesFile, field_specs, header_digest
 from beton.dataset.shard_tables import FirstShard, UnionTables, file_ends, headers_pass
 from beton.storage import format as fmt
-from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.digests import digest
 from beton.storage.local_file import open_regular
 from beton.storage.remote import RemoteOptions, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher
 from beton.storage.remote.upload import upload_file
-from beton.storage.reader import (CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header,
-                                  table_names)
+from beton.storage.reader import CONTENT_DIGEST_SLICE, FieldDescriptor, Reader, parse_field_table, read_header
 
 __all__ = ["TABLE_FIELDS", "TABLES_KIND", "tables_file_name", "tables_row", "local_tables_row", "TablesRow",
            "write_tables_file", "write_indexed_manifest", "read_tables_file", "OpenedTables", "check_shard_tables"]
@@ -112,13 +111,10 @@ def local_tables_row(manifest: Manifest, number: int) -> TablesRow:
 
 def _row(header: np.void, raw_header: bytes, read: Callable[[int, int], bytes]) -> TablesRow:
     """A shard's row from its ``header`` (and its bytes), its tables read where the header says they lie."""
-    present = table_names(header)
-
     def table(name: str) -> bytes:
         return read(int(header[name]["offset"]), int(header[name]["size"]))
 
-    return TablesRow(tuple(raw_header if name == "header" else table(name) if name in present else b""
-                           for name in _BLOBS), table("field_table"))
+    return TablesRow(tuple(raw_header if name == "header" else table(name) for name in _BLOBS), table("field_table"))
 
 
 def write_tables_file(location: str, rows: Sequence[TablesRow]) -> tuple[str, int] | None:
@@ -316,10 +312,6 @@ def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None
         first = FirstShard(field_table, int(header["num_fields"]), int(header["num_payload_fields"]),
                            _data_dtype(descriptors), {d.name: d.payload_column for d in descriptors.values()
                                                       if d.has_payload})
-        if verify_content:
-            for number in np.flatnonzero(headers["version"] < fmt.DIGESTS_VERSION)[:1].tolist():
-                raise locate(ShardError(f"shard {number}: verify_content=True: " + NO_DIGESTS.format(
-                    version=int(headers[number]["version"]))), path=manifest.shards.locations[number])
         sizes = file_ends(headers)
         ok = headers_pass(manifest, range(len(headers)), blobs["header"], headers, sizes,
                           first, verify_content)
@@ -335,8 +327,7 @@ def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None
                              headers["page_size"].astype(np.int64), headers["heap_offset"].astype(np.int64),
                              headers["heap_size"].astype(np.int64), b"".join(blobs["data_table"]),
                              b"".join(blobs["allocation_table"]),
-                             [raw if version >= fmt.METADATA_VERSION else b"{}" for raw, version in
-                              zip(blobs["metadata"], headers["version"].tolist())], page_digests,
+                             list(blobs["metadata"]), page_digests,
                              table_offsets=np.stack([headers["data_table"]["offset"],
                                                      headers["allocation_table"]["offset"]], axis=1).astype(np.int64))
         _check_allocations(manifest, tables, first)
@@ -345,30 +336,21 @@ def _read_tables_file(manifest: Manifest, path: str, verify_content: bool | None
 
 def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table: bytes, ok: np.ndarray,
                   verify_content: bool | None) -> list[bytes | None]:
-    """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32
-    (a version-1 file's absent metadata stays empty, a version 1 or 2 file's digest table too), and in a version-3
-    file the digest table against the header's content digest and, where content is checked, each table against
-    its digest. Every check runs over all shards at once (a hash per table and shard, compared as arrays). Returns
+    """Clear ``ok`` for the shards whose tables in the file are not those their header names: each table's CRC32,
+    the digest table against the header's content digest and, where content is checked, each table against its
+    digest. Every check runs over all shards at once (a hash per table and shard, compared as arrays). Returns
     each shard's page digests where its content is checked, else None."""
-    version = headers["version"]
-    with_metadata, with_digests = version >= fmt.METADATA_VERSION, version >= fmt.DIGESTS_VERSION
-    everywhere = np.ones(len(headers), bool)
-    present_in = (("data_table", everywhere), ("allocation_table", everywhere), ("metadata", with_metadata),
-                  ("digest_table", with_digests))  # each table, and the shards whose version has it
-    for name, present in present_in:
-        # each table as long as its header says (or empty where its version has none), before anything is hashed,
-        # joined or reshaped: lengths that only add up would move samples across shards
-        ok &= np.where(present, blobs[name].sizes == headers[name]["size"].astype(np.int64), blobs[name].sizes == 0)
-    # where a shard's digests are checked they pin every table, its CRC32s add nothing
-    by_crc = ~with_digests if verify_content is not False else everywhere
-    for name, present in present_in:
-        numbers = np.flatnonzero(present & by_crc & ok)
-        crcs = np.array([zlib.crc32(blobs[name][number]) for number in numbers.tolist()], np.uint32)
-        ok[numbers] &= crcs == headers[name]["crc32"][numbers]
-    checked = ok & with_digests
-    if not checked.any():
-        return [None] * len(headers)
-    numbers = np.flatnonzero(checked)
+    names = ("data_table", "allocation_table", "metadata", "digest_table")
+    for name in names:
+        # each table as long as its header says, before anything is hashed, joined or reshaped: lengths that only
+        # add up would move samples across shards
+        ok &= blobs[name].sizes == headers[name]["size"].astype(np.int64)
+    if verify_content is False:  # where the digests are checked they pin every table, CRC32s add nothing
+        for name in names:
+            numbers = np.flatnonzero(ok)
+            crcs = np.array([zlib.crc32(blobs[name][number]) for number in numbers.tolist()], np.uint32)
+            ok[numbers] &= crcs == headers[name]["crc32"][numbers]
+    numbers = np.flatnonzero(ok)
     tables = [blobs["digest_table"][number] for number in numbers.tolist()]
     header_bytes = headers.view(np.uint8).reshape(len(headers), fmt.HEADER_SIZE)
     ok[numbers] &= (_digests(tables) == header_bytes[numbers, CONTENT_DIGEST_SLICE]).all(axis=1)
@@ -385,12 +367,10 @@ def _check_tables(headers: np.ndarray, blobs: Mapping[str, _Column], field_table
         if name == "field_table":  # every shard's is the first shard's
             ok[numbers] &= (expected == np.frombuffer(digest(field_table), np.uint8)).all(axis=1)
             continue
-        present = with_metadata[numbers] if name == "metadata" else np.ones(len(numbers), bool)
-        ok[numbers] &= ~present | (_digests([blobs[name][number] for number in numbers.tolist()]) ==
-                                   expected).all(axis=1)
+        ok[numbers] &= (_digests([blobs[name][number] for number in numbers.tolist()]) == expected).all(axis=1)
     pages = headers["num_pages"].tolist()
-    return [blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE] if checked[number] and ok[number]
-            else None for number in range(len(headers))]
+    return [blobs["digest_table"][number][: pages[number] * fmt.DIGEST_SIZE] if ok[number] else None
+            for number in range(len(headers))]
 
 
 class _Column:

@@ -103,8 +103,7 @@ def open_dataset(source: Source, *, custom_fields: Mapping[str, type[Field]] | N
 def content_digest(dataset: OpenedDataset) -> str:
     """A short hex digest naming the dataset's content, not where it lies (the same on another node, under another
     path or URL): of its files' header digests in order (each header holds the CRC32 of every table and page, and
-    in format version 3 the digest of its digest table),
-    or, for an FFCV file (no checksums), of its tables."""
+    the digest of its digest table), or, for an FFCV file (no checksums), of its tables."""
     if isinstance(dataset, ShardedDataset):
         parts = list(dataset.manifest.shards.digests)
     elif dataset.checksummed:
@@ -121,8 +120,8 @@ def page_digests(dataset: OpenedDataset) -> PageDigests | None:
         return PageDigests.of(dataset)
     if dataset.page_digests is None:
         return None
-    return PageDigests(list(dataset.manifest.shards.locations), dataset.page_digests,
-                       dataset.first_page, np.repeat(~dataset.content_checked, np.diff(dataset.first_page)))
+    return PageDigests(list(dataset.manifest.shards.locations), dataset.page_digests, dataset.first_page,
+                       np.zeros(dataset.num_pages, bool))
 
 
 def open_page_source(dataset: OpenedDataset) -> PageSource:
@@ -147,11 +146,10 @@ class ShardedDataset(TableNames):
     shard), ``heap_ends`` (where each shard's heap ends, virtually), ``file_sizes`` (each file's size when opened)
     and ``max_open_shards`` (how many shards its page sources hold open at once).
 
-    ``verify_content`` is the Reader's, per shard (the shards of a manifest file are checked at least where they
-    carry digests: :meth:`~beton.dataset.manifest.Manifest.content_checks`); every shard's tables are checked on
-    opening, and its pages as a Loader first loads them. Attributes: ``verify_content`` (whether any shard's pages
-    are checked), ``content_checked`` (which shards'), ``page_digests`` (the stored digest of every virtual page,
-    zeros where not checked; None when none is).
+    ``verify_content`` is the Reader's, for every shard (the shards of a manifest file are always checked:
+    :meth:`~beton.dataset.manifest.Manifest.content_checks`); every shard's tables are checked on opening,
+    and its pages as a Loader first loads them. Attributes: ``verify_content`` (whether the shards' pages are
+    checked), ``page_digests`` (the stored digest of every virtual page; None when they are not).
 
     No shard stays open: opening reads each shard's tables and closes it; pages are read through
     :class:`ShardedPages`, which opens shards as an epoch reaches them. ``dataset[g]`` and :meth:`payload` take
@@ -260,21 +258,12 @@ class ShardedDataset(TableNames):
             raise
 
     def _join_digests(self, tables: UnionTables) -> None:
-        """The page digests of the shards whose content is checked, in the virtual page numbering (zeros for the
-        others' pages); ``content_checked``: which shards those are."""
-        checked = np.array([digests is not None for digests in tables.page_digests], bool)
-        self.content_checked = _read_only(checked)
-        self.verify_content = bool(checked.any())
+        """The shards' page digests where their content is checked, in the virtual page numbering."""
+        self.verify_content = all(digests is not None for digests in tables.page_digests)
         self.page_digests: np.ndarray | None = None
-        if checked.all():
+        if self.verify_content:
             joined = b"".join(tables.page_digests)  # type: ignore[arg-type]  (every shard's are there)
             self.page_digests = _read_only(np.frombuffer(joined, np.uint8).reshape(self.num_pages, fmt.DIGEST_SIZE))
-        elif self.verify_content:
-            digests = np.zeros((self.num_pages, fmt.DIGEST_SIZE), np.uint8)
-            for number in np.flatnonzero(checked).tolist():
-                digests[self.first_page[number] : self.first_page[number + 1]] = np.frombuffer(
-                    tables.page_digests[number], np.uint8).reshape(-1, fmt.DIGEST_SIZE)
-            self.page_digests = _read_only(digests)
 
     # ---- the Reader's reading surface ---------------------------------------------------------------------
 

@@ -111,9 +111,8 @@ class Loader:
             ``storage_options``, the page cache on disk (``cache_dir``, ``cache_limit``), requests in flight,
             retries (docs/remote.md); local paths ignore it.
         verify_content: check every page against the file's SHA-256 content digest the first time it is loaded
-            (``CorruptDataError`` naming file and page), as ``Reader(verify_content=True)``; a file without digests
-            (written before format version 3) is refused. The shards of a manifest file are checked so whenever
-            they carry digests. Costs a hash of each page once (docs/format.md, "Digest table").
+            (``CorruptDataError`` naming file and page), as ``Reader(verify_content=True)``; an FFCV file, which
+            has no digests, is refused. The shards of a manifest file are always checked so. Costs a hash of each page once (docs/format.md, "Digest table").
 
     The torch DataLoader's names are accepted where they mean something:
 

@@ -1,7 +1,7 @@
-"""Content digests (format version 3): SHA-256 of every heap page and table, and checking pages as they load.
+"""Content digests: SHA-256 of every heap page and table, and checking pages as they load.
 
 CRC32 finds damage, not forgery: whoever changes a page can keep its CRC32 by also changing 4 bytes of it. A
-version-3 file therefore also stores a SHA-256 digest of every page and every table (the digest table), and
+beton file therefore also stores a SHA-256 digest of every page and every table (the digest table), and
 its header holds the digest of that table (``content_digest``), so the header pins every byte (docs/format.md).
 
 :class:`PageDigests` is what the memory layers hold when the user asked for content checks
@@ -27,13 +27,7 @@ import numpy as np
 
 from beton.errors import CorruptDataError, locate
 
-__all__ = ["digest", "PageDigests", "NO_DIGESTS"]
-
-#: Why a file of version 1 or 2 (or an FFCV file) cannot be checked for content.
-NO_DIGESTS = ("the file has no content digests (format version {version}; only files of version 3 and later carry "
-              "them, and CRC32 checksums do not pin content): write it again with this beton, for instance with "
-              "`beton merge NEW_FILE FILE`, or read it without verify_content")
-
+__all__ = ["digest", "PageDigests"]
 
 def digest(data: Any) -> bytes:
     """SHA-256 of a buffer (bytes or a contiguous uint8 array)."""

@@ -302,7 +302,7 @@ class FileBuilder:
 
     def _fill_header(self, header: np.ndarray, num_pages: int) -> None:
         header["magic"] = fmt.MAGIC
-        header["version"] = fmt.DIGESTS_VERSION
+        header["version"] = fmt.FORMAT_VERSION
         header["header_size"] = fmt.HEADER_SIZE
         header["page_size"] = self._page_size
         header["num_samples"] = self.num_samples

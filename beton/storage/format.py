@@ -1,4 +1,4 @@
-"""The on-disk layout of a ``.beton`` file, format versions 1 to 3: the single source of truth.
+"""The on-disk layout of a ``.beton`` file, format version 3: the single source of truth.
 
 Every record is a little-endian numpy structured dtype defined here; ``docs/format.md`` describes the same
 bytes in prose and ``tests/storage/test_format.py`` pins every itemsize and offset.
@@ -18,8 +18,8 @@ bytes in prose and ``tests/storage/test_format.py`` pins every itemsize and offs
                         | data table                    |  one fixed-width record per sample (fields' metadata)
                         | allocation table              |  ALLOCATION_DTYPE x num_samples x num_payload_fields
                         | page checksum table           |  CRC32 (<u4) of every heap page
-                        | metadata table (version 2+)   |  UTF-8 JSON object: the dataset's own description
-                        | digest table (version 3)      |  SHA-256 of every heap page, then of every table
+                        | metadata table                |  UTF-8 JSON object: the dataset's own description
+                        | digest table                  |  SHA-256 of every heap page, then of every table
                         +-------------------------------+ end of file
 
 Why it looks like this:
@@ -37,17 +37,16 @@ Why it looks like this:
 * **Checksums**: CRC32 of the header, of every table, and of every page. Tables are checked on open (cheap);
   pages by :func:`beton.storage.verify`, which reads the whole file. CRC32 finds accidents, not intent: whoever
   edits a file can keep any CRC32 by choosing 4 bytes (padding, say).
-* **Content digests (version 3)**: a SHA-256 of every page and of every table (the digest table), and in the
+* **Content digests**: a SHA-256 of every page and of every table (the digest table), and in the
   header the SHA-256 of the digest table (``content_digest``). So the header pins every byte of the file, and
   a hash of the header (what a manifest records) pins the content: a forged byte changes a page's digest, hence
   the digest table, hence the header. Per page, so a reader can check each page as it first loads it instead of
   reading the whole file first. SHA-256 because :mod:`hashlib` has it everywhere and CPUs with SHA instructions
   (x86 SHA-NI, ARMv8) hash it faster than BLAKE2b (figures: docs/format.md, "Digest table").
-* **Versions name what a file uses, not who wrote it.** Version 2 added the metadata table to version 1 (its
-  reference sits in header bytes that version 1 reserves), so a reader that knows only version 1 refuses a
-  version-2 file by its version number instead of misreading it. Version 3 adds the digest table (and always has a metadata table, ``{}`` when there
-  is no metadata): every file written now is version 3; versions 1 and 2 are still read, and say that they
-  carry no content digests.
+* **One version.** Versions 1 and 2 (without the digest table, and version 1 without the metadata table) were
+  never released: a reader refuses them like any other version it does not know, rather than reading files
+  whose content no digest pins. A later version changes the number, so that this reader refuses it instead of
+  misreading it.
 * **Field records keep full UTF-8 names and JSON constructor arguments** (never pickle), plus the metadata
   dtype, so a file describes itself even where the field's class cannot be imported.
 """
@@ -59,10 +58,7 @@ from collections.abc import Iterable
 import numpy as np
 
 MAGIC = b"\x89BETON\r\n"  # non-ASCII first byte and CR LF catch text-mode transfers, as PNG's magic does
-FORMAT_VERSION = 1  # files without file-level metadata: byte for byte what every beton has written
-METADATA_VERSION = 2  # version 1 plus the metadata table
-DIGESTS_VERSION = 3  # version 2 plus the digest table and the header's content digest: what writers write now
-SUPPORTED_VERSIONS = (FORMAT_VERSION, METADATA_VERSION, DIGESTS_VERSION)
+FORMAT_VERSION = 3  # the one version read and written (1 and 2, unreleased, had no digest table)
 HEADER_SIZE = 256
 HEAP_OFFSET = 4096
 DEFAULT_PAGE_SIZE = 8 * 1024 * 1024
@@ -93,9 +89,9 @@ HEADER_DTYPE = np.dtype(
         ("data_table", TABLE_REF_DTYPE),
         ("allocation_table", TABLE_REF_DTYPE),
         ("page_checksums", TABLE_REF_DTYPE),
-        ("metadata", TABLE_REF_DTYPE),  # version 2; all zero in version 1 (where these bytes were reserved)
-        ("digest_table", TABLE_REF_DTYPE),  # version 3; all zero before (reserved there)
-        ("content_digest", "S32"),  # version 3: SHA-256 of the digest table; all zero before
+        ("metadata", TABLE_REF_DTYPE),
+        ("digest_table", TABLE_REF_DTYPE),
+        ("content_digest", "S32"),  # SHA-256 of the digest table
         ("reserved", "S12"),
         ("header_crc32", "<u4"),  # CRC32 of the HEADER_SIZE - 4 bytes before it
     ]

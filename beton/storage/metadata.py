@@ -1,7 +1,7 @@
 """File-level metadata: one JSON object describing the whole dataset (its name, class names, source, license).
 
-Written by ``DatasetWriter(..., metadata={...})`` into the metadata table (format versions 2 and 3,
-see :mod:`beton.storage.format`) and read back as ``Reader.metadata``. Both directions check the same rules, so a
+Written by ``DatasetWriter(..., metadata={...})`` into the metadata table (see
+:mod:`beton.storage.format`) and read back as ``Reader.metadata``. Both directions check the same rules, so a
 file that one beton writes, any beton that knows its version opens:
 
 * a JSON object (a mapping with string keys at the top), strict JSON (no NaN or infinity), UTF-8;

@@ -11,7 +11,7 @@ bounded by the file's size: counts against the tables that hold them; field-tabl
 (each distinct string decoded and parsed once, so records sharing a string cannot multiply the work); JSON
 nesting (:mod:`beton.bounded_json`); metadata dtypes against plain little-endian numbers; and every field's records
 against what the field can read (:meth:`~beton.fields.Field.check_records`: image modes, channels, sizes, the
-pixel cap, scan tables, lossless sizes), vectorised over the whole data table. A version-2 file's metadata table
+pixel cap, scan tables, lossless sizes), vectorised over the whole data table. The metadata table
 (:mod:`beton.storage.metadata`) is checked like the other tables: bounds, padding, CRC32, then size, UTF-8, JSON
 nesting depth and that it is a JSON object.
 """
@@ -33,7 +33,7 @@ from beton.storage import ffcv_format
 from beton.storage import format as fmt
 from beton.errors import (CorruptDataError, FieldError, FormatError, NotAFileError, ShardNotFoundError, error_context,
                           locate)
-from beton.storage.digests import NO_DIGESTS, digest
+from beton.storage.digests import digest
 from beton.storage.local_file import map_regular
 from beton.storage.metadata import decode_metadata
 from beton.fields import BUILTIN_FIELDS
@@ -44,15 +44,12 @@ from beton.storage.remote import RemoteFile, RemoteOptions, is_url, remote_or_de
 __all__ = ["Reader", "TableNames", "FieldDescriptor", "TABLE_NAMES", "FileHead", "read_head",
            # the checks a Reader makes of a file's structure, each the one home of its rule and message, which the
            # union's readers of many shards at once (beton.dataset.shard_tables, beton.dataset.tables_file) share
-           "read_header", "check_layout", "check_gaps_are_zero", "table_names", "parse_field_table", "typed_table",
-           "check_sample_count", "check_allocations", "read_digest_table", "checks_content", "check_table_digests",
-           "CONTENT_DIGEST_SLICE", "DIGESTS_START", "instantiate_fields"]
+           "read_header", "check_layout", "check_gaps_are_zero", "parse_field_table", "typed_table",
+           "check_sample_count", "check_allocations", "read_digest_table", "check_table_digests",
+           "CONTENT_DIGEST_SLICE", "instantiate_fields"]
 
-TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums")
-#: Tables of a version-2 file: version 1's, then the metadata table.
-TABLES_WITH_METADATA = (*TABLE_NAMES, "metadata")
-#: Tables of a version-3 file: version 2's, then the digest table.
-TABLES_WITH_DIGESTS = (*TABLES_WITH_METADATA, "digest_table")
+#: A file's tables, in file order.
+TABLE_NAMES = ("field_table", "data_table", "allocation_table", "page_checksums", "metadata", "digest_table")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +102,8 @@ class Reader(TableNames):
         data_table: read-only memory-mapped structured array, one record per sample
         allocation_table: read-only (num_samples, num_payload_fields) array of (offset, size)
         page_checksums: stored CRC32 of every page
-        page_digests: stored SHA-256 of every page (``(num_pages, 32)`` uint8), or None for a file without
-            content digests (format versions 1 and 2, FFCV files)
+        page_digests: stored SHA-256 of every page (``(num_pages, 32)`` uint8), or None for an FFCV file (no
+            content digests)
         content_digest: the header's digest of the digest table (bytes), or None likewise
         verify_content: whether pages are checked against their digests as a Loader first loads them
         handlers, alloc_table: FFCV's names for ``fields`` and ``allocation_table`` (the layout is beton's)
@@ -125,12 +122,12 @@ class Reader(TableNames):
     ``storage_options``, the page cache on disk, requests in flight, retries; a local path ignores it. The
     attribute ``remote`` is the opened :class:`~beton.storage.remote.RemoteFile`, or None.
 
-    ``verify_content=True`` checks the content against the file's SHA-256 digests (format version 3), which
-    CRC32 checksums cannot do against someone who edits the file: every table on open, and every heap page the
-    first time a Loader reading this Reader loads it (:class:`~beton.errors.CorruptDataError` naming the file and
-    page). A file without digests is then refused (:class:`~beton.errors.FormatError`). None: check when the file
-    has digests, else not (what the shards of a manifest file get: its hash of each header pins the digests).
-    False (default): CRC32s only; ``beton verify`` still checks every digest.
+    ``verify_content=True`` checks the content against the file's SHA-256 digests, which CRC32 checksums cannot
+    do against someone who edits the file: every table on open, and every heap page the first time a Loader
+    reading this Reader loads it (:class:`~beton.errors.CorruptDataError` naming the file and page). An FFCV file,
+    which has no digests, is then refused (:class:`~beton.errors.FormatError`). None: check a beton file, not an
+    FFCV file (what the shards of a manifest file get: its hash of each header pins the digests). False
+    (default): CRC32s only; ``beton verify`` still checks every digest.
     """
 
     #: Where each heap page ends, for heaps whose pages are not all ``page_size`` long before the last one (a
@@ -218,11 +215,9 @@ class Reader(TableNames):
         self.heap_size = int(self.header["heap_size"])
         check_layout(self.header, len(self._map))
         check_gaps_are_zero(self._map, self.header)
-        tables = {name: self._table_bytes(name) for name in table_names(self.header)}
-        self._metadata_json = b"{}"
-        if "metadata" in tables:
-            decode_metadata(tables["metadata"])  # checked on open, like every other table (its size first)
-            self._metadata_json = tables["metadata"].tobytes()
+        tables = {name: self._table_bytes(name) for name in TABLE_NAMES}
+        decode_metadata(tables["metadata"])  # checked on open, like every other table (its size first)
+        self._metadata_json = tables["metadata"].tobytes()
         self.descriptors = {d.name: d for d in parse_field_table(tables["field_table"], self.header)}
         self.fields = instantiate_fields(self.descriptors, custom_fields)
         num_columns = int(self.header["num_payload_fields"])
@@ -235,11 +230,10 @@ class Reader(TableNames):
         self.page_checksums = typed_table(
             tables["page_checksums"], fmt.PAGE_CHECKSUM_DTYPE, (self.num_pages,), "page_checksums"
         )
-        if "digest_table" in tables:
-            self.content_digest = self.header.tobytes()[CONTENT_DIGEST_SLICE]
-            self._table_digests = read_digest_table(self.header, tables["digest_table"])
-            self.page_digests = self._table_digests[: self.num_pages]
-        self.verify_content = checks_content(self._verify_content, self.header, self.page_digests is not None)
+        self.content_digest = self.header.tobytes()[CONTENT_DIGEST_SLICE]
+        self._table_digests = read_digest_table(self.header, tables["digest_table"])
+        self.page_digests = self._table_digests[: self.num_pages]
+        self.verify_content = self._verify_content is not False
         if self.verify_content:
             self.check_table_digests()
         check_allocations(self.allocation_table, self.heap_offset, self.heap_size, self.field_of_column)
@@ -472,43 +466,27 @@ def read_header(file_map: np.ndarray) -> np.void:
     if zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) != int(header["header_crc32"]):
         raise CorruptDataError("header checksum does not match")
     version = int(header["version"])
-    if version not in fmt.SUPPORTED_VERSIONS:
-        known = [str(number) for number in fmt.SUPPORTED_VERSIONS]
-        supported = ", ".join(known[:-1]) + " and " + known[-1]
-        newer = "newer than" if version > max(fmt.SUPPORTED_VERSIONS) else "not one of"
-        raise FormatError(f"format version {version} is {newer} the supported versions {supported}")
+    if version != fmt.FORMAT_VERSION:
+        raise FormatError(f"format version {version} is not {fmt.FORMAT_VERSION}, the one this beton reads"
+                          + (" (versions 1 and 2 were never released)" if version in (1, 2) else ""))
     if int(header["header_size"]) != fmt.HEADER_SIZE:
         raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
-    if version == fmt.FORMAT_VERSION and header["metadata"].tobytes().strip(b"\0"):
-        raise FormatError("a version-1 header has a metadata table reference (those bytes are reserved, zero)")
-    if version < fmt.DIGESTS_VERSION and raw[DIGESTS_START:CONTENT_DIGEST_SLICE.stop].strip(b"\0"):
-        raise FormatError(f"a version-{version} header has a digest table reference or content digest (those bytes "
-                          "are reserved, zero)")
     return header
 
 
-#: Where the header holds its content digest, and where version 3's additions start.
+#: Where the header holds its content digest.
 CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
                               fmt.HEADER_DTYPE.fields["content_digest"][1] + fmt.DIGEST_SIZE)
-DIGESTS_START = fmt.HEADER_DTYPE.fields["digest_table"][1]
 
 
 def read_digest_table(header: np.void, blob: np.ndarray) -> np.ndarray:
-    """A version-3 file's digest table (``blob``, its CRC32 checked) as a ``(num_pages + len(DIGESTED_TABLES),
+    """A file's digest table (``blob``, its CRC32 checked) as a ``(num_pages + len(DIGESTED_TABLES),
     DIGEST_SIZE)`` uint8 array, checked against the header's content digest (one hash of a small table: opening
     always checks it). Shared with :mod:`beton.dataset.shard_tables`, which reads shards without a Reader."""
     if digest(blob) != header.tobytes()[CONTENT_DIGEST_SLICE]:
         raise CorruptDataError("the digest table does not match the header's content digest")
     return typed_table(blob, np.dtype(np.uint8), (int(header["num_pages"]) + len(fmt.DIGESTED_TABLES),
                                                     fmt.DIGEST_SIZE), "digest_table")
-
-
-def checks_content(requested: bool | None, header: np.void, has_digests: bool) -> bool:
-    """Whether a file's content is checked against its digests, for ``verify_content=requested`` (True: required,
-    FormatError for a file without them; None: where it has them; False: not)."""
-    if requested and not has_digests:
-        raise FormatError("verify_content=True: " + NO_DIGESTS.format(version=int(header["version"])))
-    return requested is not False and has_digests
 
 
 def check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np.ndarray) -> None:
@@ -522,19 +500,11 @@ def check_table_digests(file_map: np.ndarray, header: np.void, table_digests: np
                                    f"{offset}): its bytes are not those the file was written with")
 
 
-def table_names(header: np.void) -> tuple[str, ...]:
-    """The tables a file of this header's version has, in file order."""
-    version = int(header["version"])
-    if version >= fmt.DIGESTS_VERSION:
-        return TABLES_WITH_DIGESTS
-    return TABLES_WITH_METADATA if version >= fmt.METADATA_VERSION else TABLE_NAMES
-
-
 def _regions(header: np.void) -> list[tuple[str, int, int]]:
     """Every region after the header: (name, start, end), in file order."""
     heap_start = int(header["heap_offset"])
     regions = [("heap", heap_start, heap_start + int(header["heap_size"]))]
-    for name in table_names(header):
+    for name in TABLE_NAMES:
         offset = int(header[name]["offset"])
         regions.append((name, offset, offset + int(header[name]["size"])))
     return regions

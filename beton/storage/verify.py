@@ -25,17 +25,15 @@ class VerifyReport:
     num_samples: int
     num_pages: int
     bytes_checked: int
-    checksummed: bool = True  # False for FFCV files: only their structure could be checked
-    #: Whether every page and table was also checked against its SHA-256 digest: False for files of format
-    #: versions 1 and 2 (and FFCV files), which have no content digests, so that CRC32s were all that was checked
-    #: (and CRC32s can be kept by whoever edits a file).
-    content_digests: bool = True
+    #: False for FFCV files, which have neither checksums nor digests: only their structure could be checked.
+    #: True: every page and table matched its CRC32 and its SHA-256 digest.
+    checksummed: bool = True
 
 
 def verify(path: str | os.PathLike[str], custom_fields: dict[str, type[Field]] | None = None, *,
            remote: RemoteOptions | None = None) -> VerifyReport:
-    """Check the header, every table and every page of a file against their stored CRC32 and, where the file has
-    them (format version 3), their SHA-256 digests (:attr:`VerifyReport.content_digests` says which).
+    """Check the header, every table and every page of a file against their stored CRC32 and SHA-256 digests
+    (an FFCV file, which has neither, only for its structure: :attr:`VerifyReport.checksummed`).
 
     ``path`` may be a URL, read as ``remote`` says (the arguments as for :class:`~beton.Reader`): every page is
     fetched and checked.
@@ -55,10 +53,9 @@ def verify_reader(reader: Reader) -> VerifyReport:
     with error_context(path=reader.path):
         reader.check_payloads()  # checksums prove nothing against whoever can recompute them
         if not reader.checksummed:
-            return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False, content_digests=False)
+            return VerifyReport(reader.path, reader.num_samples, 0, 0, checksummed=False)
         digests = reader.page_digests
-        if digests is not None:
-            reader.check_table_digests()
+        reader.check_table_digests()
         if reader.remote is not None:  # fetch ahead, several pages at once, while the pages are checked in order
             reader.remote.pages.will_read(np.arange(reader.num_pages))
         for page in range(reader.num_pages):
@@ -66,10 +63,9 @@ def verify_reader(reader: Reader) -> VerifyReport:
             data = reader.file_map[start:end]
             if zlib.crc32(data) != int(reader.page_checksums[page]):
                 raise page_error(reader, page, start, end)
-            if digests is not None and digest(data) != digests[page].tobytes():
+            if digest(data) != digests[page].tobytes():
                 raise page_error(reader, page, start, end, "content digest")
-        return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map),
-                            content_digests=digests is not None)
+        return VerifyReport(reader.path, reader.num_samples, reader.num_pages, len(reader.file_map))
 
 
 _SAMPLES_LISTED = 8  # samples a page error names one by one; beyond, it names runs (at most this many) and a count

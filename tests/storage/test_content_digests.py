@@ -21,13 +21,11 @@ from beton.fields import IntField, NDArrayField
 from beton.storage import format as fmt
 from beton.storage.file_builder import header_bytes
 
-from cli_runs import run_cli
-from conftest import DATA, write
+from conftest import write
 from forgery import forge_keeping_crc32
 
 PAYLOAD = 50  # bytes per sample: five fit a 256-byte page, and the page's last 6 bytes are padding
 FIELDS = {"label": IntField(), "blob": NDArrayField(np.uint8, (PAYLOAD,))}
-VERSION1_FILE = DATA / "version1" / "basic.beton"  # written by beton before format version 3 (no digests)
 
 
 def sample(i):
@@ -65,7 +63,7 @@ def test_a_forged_sample_keeps_every_crc32_and_is_read_without_content_checks(wr
 
 
 def test_verify_finds_the_forged_page_by_its_digest(written, tmp_path):
-    assert beton.verify(written).content_digests
+    assert beton.verify(written).checksummed
     with pytest.raises(CorruptDataError, match=r"content digest of heap page 0 .*does not match.*sample") as caught:
         beton.verify(forged_copy(written, tmp_path))
     assert caught.value.page == 0
@@ -109,7 +107,7 @@ def test_a_forger_who_rewrites_the_digests_changes_the_header_a_manifest_pins(wr
     header["content_digest"] = hashlib.sha256(table).digest()
     forged[: fmt.HEADER_SIZE] = header_bytes(header)
     written.write_bytes(bytes(forged))
-    assert beton.verify(written).content_digests  # a consistent file on its own: only a pin tells it apart
+    assert beton.verify(written).checksummed  # a consistent file on its own: only a pin tells it apart
     with pytest.raises(ShardError, match="not the file the manifest lists"):
         with Loader(manifest, batch_size=4, num_workers=1) as loader:  # refused when first opened at the latest
             for _ in loader:
@@ -144,21 +142,6 @@ def test_the_digest_table_must_match_the_header(written):
         beton.Reader(written)
 
 
-def test_files_without_digests_say_so(tmp_path):
-    report = beton.verify(VERSION1_FILE)
-    assert report.num_pages > 0 and not report.content_digests
-    with beton.Reader(VERSION1_FILE) as old, beton.Reader(DATA / "golden" / "basic.beton") as new:
-        assert old.format == "beton v1" and new.format == "beton v3" and old.page_digests is None
-        assert [repr(old[i]) for i in range(len(old))] == [repr(new[i]) for i in range(len(new))]
-    for refuse in (lambda: beton.Reader(VERSION1_FILE, verify_content=True),
-                   lambda: Loader(VERSION1_FILE, batch_size=2, verify_content=True)):
-        with pytest.raises(FormatError, match=r"verify_content=True: the file has no content digests \(format "
-                                              r"version 1"):
-            refuse()
-    shown = run_cli("verify", VERSION1_FILE)
-    assert shown.returncode == 0 and "no content digests" in shown.stdout
-
-
 def test_every_file_written_now_has_digests(written, tmp_path):
     with beton.Reader(written, verify_content=True) as reader:
         assert reader.format == "beton v3" and reader.page_digests.shape == (reader.num_pages, 32)
@@ -186,7 +169,7 @@ def three_shards(directory):
 def test_verify_content_over_several_files_refuses_a_forged_shard(tmp_path, shard_reading, memory):
     shards = three_shards(tmp_path)
     with Loader(shards, batch_size=4, num_workers=1, memory=memory, verify_content=True) as loader:
-        assert loader.reader.verify_content and loader.reader.content_checked.all()
+        assert loader.reader.verify_content and loader.reader.page_digests.shape == (loader.reader.num_pages, 32)
         labels = sorted(int(label) for labels, _ in loader for label in labels)
     assert labels == list(range(60))
     forged = forged_copy(shards[1], tmp_path)
@@ -203,8 +186,8 @@ def test_a_manifest_file_of_several_shards_checks_each_shards_content(tmp_path, 
     shards = three_shards(tmp_path)
     manifest = tmp_path / "train.json"
     index(manifest, shards)
-    with Loader(manifest, batch_size=4, num_workers=1) as loader:
-        assert loader.reader.content_checked.all()
+    with Loader(manifest, batch_size=4, num_workers=1) as loader:  # checked though not asked for: the manifest pins it
+        assert loader.reader.verify_content
         assert len(list(loader)) == 15
     shutil.copyfile(forged_copy(shards[2], tmp_path), shards[2])  # same header: the manifest's hash still matches
     with Loader(manifest, batch_size=4, num_workers=1) as loader:
@@ -229,31 +212,26 @@ def test_verify_content_over_several_files_checks_every_shards_tables_on_open(tm
     assert caught.value.path == str(shards[1])
 
 
-def as_version1(path, directory):
-    """A copy of a version-3 file written as version 1 (no metadata or digest table): what beton wrote before."""
-    data = bytearray(path.read_bytes())
-    header = np.frombuffer(bytes(data[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()
-    end = int(header["page_checksums"]["offset"][0] + header["page_checksums"]["size"][0])
-    header["version"] = fmt.FORMAT_VERSION
-    for name in ("metadata", "digest_table", "content_digest"):
-        header[name] = np.zeros((), header.dtype[name])
-    copy = directory / f"v1-{path.name}"
-    copy.write_bytes(header_bytes(header) + bytes(data[fmt.HEADER_SIZE : end]))
-    return copy
-
-
-def test_verify_content_over_several_files_refuses_a_shard_without_digests(tmp_path, shard_reading):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_shard_of_the_unreleased_versions_1_and_2_is_refused_by_name(tmp_path, shard_reading, version):
+    """A shard relabelled as version 1 or 2 (which carried no digests, so that the content was pinned by nothing
+    but CRC32s) is refused by `beton index`, and by the union's own checks of a manifest that lists its header (a
+    manifest written by hand, or edited with the shard), as a Reader refuses the file."""
     shards = three_shards(tmp_path)
-    old = as_version1(shards[2], tmp_path)
-    with beton.Reader(old) as reader:
-        assert reader.format == "beton v1" and reader[0][0] == 40
-    with ShardedDataset(dataset_manifest([shards[0], old])) as dataset:
-        assert not dataset.content_checked[1]
-    with pytest.raises(FormatError, match=r"verify_content=True: the file has no content digests") as caught:
-        ShardedDataset(dataset_manifest([shards[0], old]), verify_content=True)
-    assert caught.value.path == str(old)
-    manifest = tmp_path / "mixed.json"
-    index(manifest, [shards[0], old])
-    with Loader(manifest, batch_size=4, num_workers=1) as loader:  # checked where it carries digests
-        assert loader.reader.content_checked.tolist() == [True, False]
-        assert len(list(loader)) == 10
+    manifest = tmp_path / "train.json"
+    index(manifest, shards)
+    data = bytearray(shards[2].read_bytes())
+    header = np.frombuffer(bytes(data[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()
+    header["version"] = version
+    data[: fmt.HEADER_SIZE] = header_bytes(header[0])
+    shards[2].write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=f"format version {version} is not 3"):
+        index(tmp_path / "again.json", shards)
+    listed = json.loads(manifest.read_text())
+    del listed["tables"]  # the shards' own tables are read
+    listed["shards"][2]["header_sha256"] = hashlib.sha256(bytes(data[: fmt.HEADER_SIZE])).hexdigest()
+    manifest.write_text(json.dumps(listed))
+    for verify_content in (False, True):
+        with pytest.raises(FormatError, match=f"format version {version} is not 3") as caught:
+            Loader(manifest, batch_size=4, num_workers=0, verify_content=verify_content)
+        assert caught.value.path == str(shards[2])

@@ -24,6 +24,7 @@ from beton.decoders import (
 )
 from beton.transforms import ToTensor
 
+from cli_runs import run_cli
 from conftest import DATA
 
 FIXTURES = DATA / "ffcv"
@@ -100,6 +101,19 @@ def test_loader_runs_the_same_pipelines_on_ffcv_files(ffcv_files, mode, os_cache
 def test_verify_and_info_say_ffcv_files_have_no_checksums(ffcv_files):
     report = beton.verify(ffcv_files["raw"])
     assert not report.checksummed and report.num_samples == 40
+    shown = run_cli("verify", ffcv_files["raw"])
+    assert shown.returncode == 0 and "OK (structure only: the file has no checksums)" in shown.stdout
+
+
+def test_content_checks_asked_of_an_ffcv_file_are_refused_not_skipped(ffcv_files):
+    """An FFCV file has no digests: verify_content=True cannot be honoured and says so; None (check where there
+    are digests) reads it unchecked."""
+    for refuse in (lambda: beton.Reader(ffcv_files["raw"], verify_content=True),
+                   lambda: Loader(ffcv_files["raw"], batch_size=8, verify_content=True)):
+        with pytest.raises(FormatError, match="verify_content=True: an FFCV file has no content digests"):
+            refuse()
+    with beton.Reader(ffcv_files["raw"], verify_content=None) as reader:
+        assert not reader.verify_content and reader.page_digests is None and len(reader) == 40
 
 
 def test_a_truncated_ffcv_file_is_refused(ffcv_files, tmp_path):

@@ -38,8 +38,7 @@ def test_record_layout_is_pinned(name):
 
 def test_constants():
     assert fmt.MAGIC == b"\x89BETON\r\n" and len(fmt.MAGIC) == 8
-    assert fmt.FORMAT_VERSION == 1 and fmt.METADATA_VERSION == 2 and fmt.DIGESTS_VERSION == 3
-    assert fmt.SUPPORTED_VERSIONS == (1, 2, 3) and fmt.DIGEST_SIZE == 32
+    assert fmt.FORMAT_VERSION == 3 and fmt.DIGEST_SIZE == 32
     assert fmt.DIGESTED_TABLES == ("field_table", "data_table", "allocation_table", "page_checksums", "metadata")
     assert fmt.HEADER_SIZE == 256 and fmt.HEAP_OFFSET == 4096 and fmt.MAX_METADATA_BYTES == 16 << 20
     assert fmt.DEFAULT_PAGE_SIZE == 8 * 1024 * 1024

@@ -85,9 +85,7 @@ class Forged:
         tables = {"field_table": self.records.tobytes() + bytes(self.strings),
                   "data_table": self.data.tobytes() if self.data_bytes is None else self.data_bytes,
                   "allocation_table": self.allocations.tobytes(),
-                  "page_checksums": np.array(checksums, "<u4").tobytes()}
-        if int(self.header["version"]) >= fmt.METADATA_VERSION:
-            tables["metadata"] = self.metadata
+                  "page_checksums": np.array(checksums, "<u4").tobytes(), "metadata": self.metadata}
         out = bytearray(fmt.HEAP_OFFSET) + heap
         self.header["heap_size"], self.header["num_pages"] = len(heap), len(checksums)
         for name, blob in tables.items():

@@ -366,12 +366,10 @@ def test_verify_of_a_manifest_checks_its_tables_file_as_a_loader_opening_it_does
     from beton import Loader
     from beton.dataset.shards import index
     from beton.errors import BetonError
-    from conftest import DATA
+    from conftest import MIXED_FIELDS, mixed_sample, write
     from forgery import forge_keeping_crc32
 
-    parts = [str(tmp_path / f"part-{k}.beton") for k in range(2)]  # version 1: CRC32s only
-    for part in parts:
-        shutil.copyfile(DATA / "version1" / "basic.beton", part)
+    parts = [str(write(tmp_path / f"part-{k}.beton", MIXED_FIELDS, [mixed_sample(i) for i in range(6)])) for k in range(2)]
     manifest, other = tmp_path / "all.json", tmp_path / "other.json"
     index(manifest, parts)
     result = run_cli("verify", manifest)
@@ -400,4 +398,4 @@ def test_verify_of_a_manifest_checks_its_tables_file_as_a_loader_opening_it_does
     result = run_cli("verify", manifest)
     assert result.returncode == 1
     assert "OK: shard 0" in result.stdout and "FAILED: shard 1: file" in result.stdout
-    assert "its data table differs" in result.stdout and "1 of 2 shards failed (shard 1)" in result.stderr
+    assert "content digest of the data table" in result.stdout and "1 of 2 shards failed (shard 1)" in result.stderr
