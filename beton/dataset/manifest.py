@@ -9,7 +9,8 @@ structure. Nothing here reads a shard's data: :meth:`Manifest.open_shard` opens 
 against what the manifest says, so a Loader can open shards lazily.
 
 Why the header's hash identifies a shard: the header holds the SHA-256 of the digest table, which holds every
-page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing. The file format (docs/format.md, "Manifest files")::
+page's and table's digest, so a changed byte anywhere changes the header, and hashing 256 bytes costs nothing.
+The file format (docs/format.md, "Manifest files")::
 
     {"format": "beton-manifest", "version": 1, "num_samples": 120,
      "tables": {"path": "train.tables", "sha256": "41d0...", "size": 58211840},

@@ -34,7 +34,7 @@ import simplejpeg
 from beton.codecs.jpeg_layout import JpegLayout, frame_layout
 
 __all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window", "splice_crop",
-           "uint64_words"]
+           "decode_spliced", "uint64_words", "next_marker"]
 
 _SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
 
@@ -144,7 +144,7 @@ _BYTE_INDEX = np.uint64(0x0001020304050607)  # times 0x01 in byte k of a word: k
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _next_marker(payload, words, position):
+def next_marker(payload, words, position):
     """Where the next marker at or after ``position`` starts (0xFF followed by neither a stuffed 0 nor another 0xFF,
     a fill byte); -1 if none does before the end. Tests 8 bytes at a time for a 0xFF (about one byte in a hundred
     of photos' coded data is one) and jumps to the first: ``words`` is ``payload``'s whole 8-byte words, as
@@ -196,7 +196,7 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
     written, start = scan_start, scan_start
     restarts = 0  # markers written
     for segment in range(last + 1):
-        position = _next_marker(payload, words, start)  # the marker that ends this segment
+        position = next_marker(payload, words, start)  # the marker that ends this segment
         if position < 0:
             return -1
         following = payload[position + 1]
@@ -265,12 +265,20 @@ def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow
     a reusable array for the spliced JPEG. Raises ValueError, like ``simplejpeg.decode_jpeg``."""
     selected = (window.row1 - window.row0) * (window.column1 - window.column0)
     spliced = buffer(payload.size + 2 * selected + 2)
-    length = _splice(payload, uint64_words(payload), layout.scan_start, layout.frame, window.row0, window.row1, window.column0,
-                     window.column1, window.columns, window.segments, window.height, window.width, spliced)
+    length = _splice(payload, uint64_words(payload), layout.scan_start, layout.frame, window.row0, window.row1,
+                     window.column0, window.column1, window.columns, window.segments, window.height, window.width,
+                     spliced)
     if length < 0:
         return False
-    decoded = simplejpeg.decode_jpeg(spliced[:length], buffer=output, min_height=output.shape[0], **decode_options)
-    if decoded.shape[:2] != output.shape[:2]:
-        raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]} of a {window.width}x{window.height} "
-                         f"window, expected {output.shape[1]}x{output.shape[0]}")
+    decode_spliced(spliced[:length], output, **decode_options)
     return True
+
+
+def decode_spliced(spliced: np.ndarray, output: np.ndarray, **decode_options) -> None:
+    """Decode a window's JPEG (as :func:`decode_window` or :func:`splice_crop` spliced it) into ``output``, whose
+    height sets ``min_height`` (pass the other ``simplejpeg.decode_jpeg`` options). Raises ValueError, like
+    ``simplejpeg.decode_jpeg``, also where it decodes to another size than ``output``'s."""
+    decoded = simplejpeg.decode_jpeg(spliced, buffer=output, min_height=output.shape[0], **decode_options)
+    if decoded.shape[:2] != output.shape[:2]:
+        raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]} of a spliced window, expected "
+                         f"{output.shape[1]}x{output.shape[0]}")

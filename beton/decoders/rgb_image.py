@@ -36,7 +36,7 @@ from beton.codecs.lossless import decode_lossless_region
 from beton.decoders.field_check import require_field
 from beton.errors import DecodeError, PipelineError
 from beton.decoders.image_crops import center_crop, random_resized_crop
-from beton.decoders.jpeg_regions import decode_rows, splice_crop, uint64_words
+from beton.decoders.jpeg_regions import decode_rows, decode_spliced, splice_crop, uint64_words
 from beton.decoders.subpixel import shift_into
 from beton.pipeline.operation import BatchContext, SampleOperation, Source, State
 
@@ -249,11 +249,7 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
             return _decode_rows(payload, frame, shape, factor, rows, options, scratch), 0, 0
         image = scratch(-(-window_height // factor) * -(-window_width // factor) * channels).reshape(
             -(-window_height // factor), -(-window_width // factor), channels)
-        decoded = simplejpeg.decode_jpeg(spliced[:length], buffer=image, min_height=image.shape[0],
-                                         min_width=image.shape[1], **options)
-        if decoded.shape[:2] != image.shape[:2]:
-            raise ValueError(f"decoded {decoded.shape[1]}x{decoded.shape[0]} of a {window_width}x{window_height} "
-                             f"window, expected {image.shape[1]}x{image.shape[0]}")
+        decode_spliced(spliced[:length], image, min_width=image.shape[1], **options)
         return image, top, left
     except ValueError as error:
         raise DecodeError(f"JPEG cannot be decoded: {error}") from None

@@ -16,7 +16,7 @@ from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageD
 from beton.decoders.rgb_image import resize_into
 from beton.codecs.jpeg_layout import jpeg_layout
 from beton.codecs.jpeg_restarts import with_restart_markers
-from beton.decoders.jpeg_regions import (_next_marker, decode_rows, decode_window, restart_window,
+from beton.decoders.jpeg_regions import (decode_rows, decode_window, next_marker, restart_window,
                                         rows_to_decode, uint64_words)
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
@@ -269,7 +269,7 @@ def test_the_marker_scan_finds_what_a_byte_by_byte_scan_finds(values):
         data = bytes(pad) + bytes(values)
         payload = np.frombuffer(data, np.uint8)
         words = uint64_words(payload)
-        assert [_next_marker(payload, words, start) for start in range(len(data) + 1)] == \
+        assert [next_marker(payload, words, start) for start in range(len(data) + 1)] == \
             [next_marker_reference(data, start) for start in range(len(data) + 1)]
 
 

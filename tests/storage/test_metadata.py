@@ -1,4 +1,5 @@
-"""File-level metadata: stored in every file (an empty object when none is given), read back equal, checked on open like every table."""
+"""File-level metadata: in every file (an empty object when none is given), read back equal, checked on open like
+every table."""
 
 from __future__ import annotations
 
