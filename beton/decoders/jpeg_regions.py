@@ -232,7 +232,7 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
     window top, left, height, width): frame -1 if the payload is not a one-scan sequential JPEG (decode it
     whole); a frame whose size is not ``height`` x ``width`` decides nothing more (length -1); else ``length``
     bytes of ``spliced`` are the window's JPEG, or, if -1, the top ``rows`` rows are what to decode
-    (:func:`rows_to_decode`). A window is taken only when it holds at most ``window_share`` of those rows'
+    (:func:`rows_to_decode`). A window is taken only when it holds less than ``window_share`` of those rows'
     pixels: finding its segments reads the coded data up to its end."""
     frame, mcu_height, mcu_width, interval, scan_start = frame_layout(payload)
     if frame < 0:
@@ -246,7 +246,7 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
     row0, row1, column0, column1, columns, segments, window_top, window_left, window_height, window_width = \
         _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling)
     length = -1
-    if row0 >= 0 and window_height * window_width <= window_share * rows * width:
+    if row0 >= 0 and window_height * window_width < window_share * rows * width:
         length = _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments,
                          window_height, window_width, spliced)
     return frame, frame_height, frame_width, rows, length, window_top, window_left, window_height, window_width

@@ -324,20 +324,29 @@ def test_crops_resized_from_a_part_equal_those_from_the_whole_image(kind, size, 
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
-def test_a_small_crop_decodes_only_its_segments_and_a_large_one_the_rows_above_its_bottom():
-    data = with_restart_markers(encoded("420", 256, 256)[0])  # 16 MCUs a row: segments of 4 MCUs, 64 px
-    payload = np.frombuffer(data, np.uint8)
+def test_a_crop_decodes_only_its_segments_or_without_them_the_rows_above_its_bottom():
+    plain = encoded("420", 256, 256)[0]
+    payload = np.frombuffer(with_restart_markers(plain), np.uint8)  # 16 MCUs a row: segments of 4 MCUs, 64 px
+    asked = []  # the scratch buffers each decode asks for: "rows" for the payload's copy the rows' decode reads
 
     def scratch(nbytes, purpose="default"):
+        asked.append(purpose)
         return np.empty(nbytes, np.uint8)
 
+    def decoded(payload, crop):
+        asked.clear()
+        image, scaled = decoder.decoded_crop(payload, (256, 256, 3), crop, (32, 32, 3), scratch)
+        return image.shape[:2], scaled, "rows" in asked
+
     decoder = RandomResizedCropRGBImageDecoder((32, 32))
-    image, scaled = decoder.decoded_crop(payload, (256, 256, 3), (100, 120, 40, 40), (32, 32, 3), scratch)
-    assert image.shape[:2] == (48, 128) and scaled == (4, 56, 40, 40)  # MCU rows 6..8, segment columns 1..2
-    # the window (rows 16..223) would save too little of the rows above the bottom (0..223) to pay for finding
-    # its segments
-    image, scaled = decoder.decoded_crop(payload, (256, 256, 3), (16, 8, 200, 240), (32, 32, 3), scratch)
-    assert image.shape[:2] == (224 // 4, 256 // 4) and scaled == (4, 2, 50, 60)  # at 1/4 scale
+    # MCU rows 6..8, segment columns 1..2
+    assert decoded(payload, (100, 120, 40, 40)) == ((48, 128), (4, 56, 40, 40), False)
+    # the window (rows 16..223, every column) holds fewer pixels than the rows above the bottom (0..223): taken
+    assert decoded(payload, (16, 8, 200, 240)) == ((208 // 4, 256 // 4), (0, 2, 50, 60), False)  # at 1/4 scale
+    # one that holds as many (rows 0..207, every column) saves nothing: the rows above the bottom
+    assert decoded(payload, (0, 8, 200, 240)) == ((208 // 4, 256 // 4), (0, 2, 50, 60), True)
+    # without restart markers: the rows above the crop's bottom (0..143), every column
+    assert decoded(np.frombuffer(plain, np.uint8), (100, 120, 40, 40)) == ((144, 256), (100, 120, 40, 40), True)
 
 
 def test_damage_inside_a_window_raises():
