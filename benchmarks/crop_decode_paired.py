@@ -1,13 +1,10 @@
-"""The crop decoders' per-image path of another checkout, or of another window share, against this one, in one
-process: did a change to it cost or save time?
+"""The crop decoders' per-image path of another checkout against this one, in one process: did a change to it
+cost or save time?
 
     python benchmarks/crop_decode_paired.py OLD_TREE [--images N] [--repeats R] [--output FILE]
-    python benchmarks/crop_decode_paired.py --window-share SHARE [...]
 
 ``OLD_TREE`` is a checkout (``git worktree add /tmp/old <commit>``) whose ``beton/decoders/rgb_image.py`` and
-``jpeg_regions.py`` are loaded beside this tree's, the rest of beton shared. With ``--window-share`` the "old"
-side is this tree with the decoders' ``_WINDOW_SHARE`` (the largest share of the rows above a crop's bottom that a
-window of restart segments may hold and still be decoded instead) set to SHARE. Separate processes, as
+``jpeg_regions.py`` are loaded beside this tree's, the rest of beton shared. Separate processes, as
 ``benchmarks/paired_trees.py`` runs, differ by up to 1.4x on this host from one process to the next, far more
 than a few percent of change; rounds alternating in one process differ by a few percent. For the benchmark suite's
 photos (``make_jpegs``, ~256 and ~500 px, restart markers as the field stores them), RandomResizedCrop-160 crops
@@ -65,22 +62,21 @@ def _no_decode(data, buffer=None, **options):
     return buffer
 
 
-def measure(side: int, images: int, repeats: int, old: tuple[ModuleType, ModuleType] | float, center: bool,
+def measure(side: int, images: int, repeats: int, old: tuple[ModuleType, ModuleType], center: bool,
             decode: bool) -> dict:
-    """Rounds alternating between the old side (a tree's modules, or a window share) and this tree's."""
+    """Rounds alternating between the old tree's modules and this tree's."""
     payloads = [np.frombuffer(with_restart_markers(jpeg), np.uint8) for jpeg in make_jpegs(images, side)]
     shapes = [(*simplejpeg.decode_jpeg_header(payload)[:2], 3) for payload in payloads]
     key = operation_key(0, 0, 0, 0)
     new = (beton.decoders.jpeg_regions, beton.decoders.rgb_image)
     stand_in = type("NoDecode", (), {"decode_jpeg": staticmethod(_no_decode),
                                      "decode_jpeg_header": staticmethod(simplejpeg.decode_jpeg_header)})
-    modules = (*new, *old) if isinstance(old, tuple) else new
-    share = beton.decoders.rgb_image._WINDOW_SHARE
+    modules = (*new, *old)
     if not decode:
         for module in modules:
             module.simplejpeg = stand_in
 
-    def runner(rgb_image: ModuleType, window_share: float):
+    def runner(rgb_image: ModuleType):
         size = 224 if center else 160
         decoder = rgb_image.CenterCropRGBImageDecoder((size, size)) if center else \
             rgb_image.RandomResizedCropRGBImageDecoder((size, size))
@@ -88,15 +84,13 @@ def measure(side: int, images: int, repeats: int, old: tuple[ModuleType, ModuleT
         crops = [decoder.crop(key, index, *shape[:2]) for index, shape in enumerate(shapes)]
 
         def run() -> None:
-            rgb_image._WINDOW_SHARE = window_share
             for payload, shape, crop in zip(payloads, shapes, crops):
                 image, scaled = decoder.decoded_crop(payload, shape, crop, out.shape, scratch)
                 if decode:
                     rgb_image.resize_into(image, out, scaled, scratch=scratch)
         return run
 
-    runs = {"old": runner(old[1], old[1]._WINDOW_SHARE) if isinstance(old, tuple) else runner(new[1], old),
-            "new": runner(new[1], share)}
+    runs = {"old": runner(old[1]), "new": runner(new[1])}
     try:
         for run in runs.values():  # compiles
             run()
@@ -107,7 +101,6 @@ def measure(side: int, images: int, repeats: int, old: tuple[ModuleType, ModuleT
                 run()
                 times[name].append((time.perf_counter() - start) / images * 1e6)
     finally:
-        new[1]._WINDOW_SHARE = share
         for module in modules:
             module.simplejpeg = simplejpeg
     ratios = [new_time / old_time for new_time, old_time in zip(times["new"], times["old"])]
@@ -118,15 +111,12 @@ def measure(side: int, images: int, repeats: int, old: tuple[ModuleType, ModuleT
 
 def main() -> None:
     parser = argument_parser(__doc__, images=640, repeats=15)
-    parser.add_argument("old_tree", nargs="?")
-    parser.add_argument("--window-share", type=float)
+    parser.add_argument("old_tree")
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
-    if (args.old_tree is None) == (args.window_share is None):
-        parser.error("give OLD_TREE or --window-share")
-    old = old_modules(args.old_tree) if args.old_tree else args.window_share
-    result = {**run_header(), "old": os.path.abspath(args.old_tree) if args.old_tree else
-              f"_WINDOW_SHARE = {args.window_share}", "images": args.images, "repeats": args.repeats, "steps": {}}
+    old = old_modules(args.old_tree)
+    result = {**run_header(), "old": os.path.abspath(args.old_tree), "images": args.images, "repeats": args.repeats,
+              "steps": {}}
     for side in (256, 500):
         for center, decode in ((False, True), (False, False), (True, True)):
             label = f"~{side} px, {'CenterCrop-224' if center else 'RandomResizedCrop-160'}, " + (

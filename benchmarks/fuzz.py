@@ -13,7 +13,8 @@ allocation table), or byte-level flips, writes, splices, truncations and extensi
 inside the file): checksums protect against accidents, not against whoever edits a file. Half of the byte-level
 damage to beton files is left unsigned instead - an accident (a bad disk, a broken copy) - and must be flagged:
 ``beton.verify`` raises, or every sample still reads as in the intact file. Re-signing recomputes the content
-digests too (page and table digests, the header's content digest), as whoever edits a file can: only a pin of the header (a manifest's hash) tells such a file from the original.
+digests too (page and table digests, the header's content digest), as whoever edits a file can: only a pin of
+the header (a manifest's hash) tells such a file from the original.
 
 Two hostile cases beyond mutations (issue #25):
 
@@ -317,7 +318,8 @@ def mutate_beton(content: bytes, data_dtype: np.dtype, rng: np.random.Generator)
     from beton.storage import format as fmt
 
     parts = Parts.of(content, data_dtype)
-    kinds = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap", *["metadata"] * 3]
+    kinds = ["header", "record", "string", "alias", "data", "data", "allocation", "checksums", "heap",
+             *["metadata"] * 3]
     what = kinds[rng.integers(len(kinds))]
     if what == "header":
         member = leaves(fmt.HEADER_DTYPE)[rng.integers(len(leaves(fmt.HEADER_DTYPE)))]

@@ -38,6 +38,8 @@ def frame_layout(payload: np.ndarray) -> tuple[int, int, int, int, int]:
         if payload[position] != 0xFF:
             return -1, 0, 0, 0, 0
         marker = payload[position + 1]
+        if marker == 0x00:  # no marker: libjpeg skips the two bytes as stray data, with a warning
+            return -1, 0, 0, 0, 0
         if marker == 0xFF:  # fill byte
             position += 1
             continue

@@ -283,15 +283,14 @@ def _pass_checks(manifest: Manifest, numbers: list[int], contents: list[bytes], 
                  first: FirstShard, verify_content: bool | None) -> np.ndarray:
     """Which shards pass every check of :func:`_tables`, run over all of them at once."""
     sizes = np.array([len(content) for content in contents], np.uint64)
-    ok = headers_pass(manifest, numbers, [content[: fmt.HEADER_SIZE] for content in contents], headers, sizes, first,
-                      verify_content)
+    ok = headers_pass(manifest, numbers, [content[: fmt.HEADER_SIZE] for content in contents], headers, sizes, first)
     _check_contents(contents, headers, ok, first, verify_content)
     _check_allocations_together(contents, headers, ok, first)
     return ok
 
 
 def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[bytes], headers: np.ndarray,
-                 sizes: np.ndarray, first: FirstShard, verify_content: bool | None) -> np.ndarray:
+                 sizes: np.ndarray, first: FirstShard) -> np.ndarray:
     """Which of the shards ``numbers`` have a header (``raw_headers``, and parsed, ``headers``) that passes every
     check of :func:`_tables` of a header alone, for files of ``sizes`` bytes: the manifest's SHA-256 and sample
     count, magic, CRC32, version, the first shard's field counts, page geometry, regions in order and of the sizes

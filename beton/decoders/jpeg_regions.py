@@ -10,14 +10,18 @@ looks at nothing outside its MCU, its triangle filter at the neighbouring MCU, s
 rectangle takes one more segment on each side. beton's writer adds such markers to the JPEGs it stores
 (:mod:`beton.codecs.jpeg_restarts`), losslessly.
 
-**Rows above the bottom.** Any one-scan sequential JPEG codes its MCU rows top to bottom, so the rows above a
-line never depend on the data below it. simplejpeg cannot be told to stop early, but libjpeg-turbo stops where
-the frame header says the image ends: in a copy of the payload whose SOF height is lowered to a whole number of
-MCU rows, the rows above are decoded exactly as in the full image, and the rows below are neither
-Huffman-decoded nor transformed. libjpeg-turbo then skips the unread entropy data to the next marker and
-reports it as a warning ("N extraneous bytes before marker"); simplejpeg's strict mode raises that warning as a
-ValueError *after* the rows were written into our buffer, so :func:`decode_rows` accepts exactly that warning
-and keeps every other one an error (damaged data inside the decoded rows still raises, as in a full decode).
+**Rows above the bottom.** A one-scan sequential JPEG without restart markers codes its MCU rows top to bottom
+in one run of entropy-coded data, so the rows above a line never depend on the data below it. simplejpeg cannot
+be told to stop early, but libjpeg-turbo stops where the frame header says the image ends: in a copy of the
+payload whose SOF height is lowered to a whole number of MCU rows, the rows above are decoded exactly as in the
+full image, and the rows below are neither Huffman-decoded nor transformed. libjpeg-turbo then skips the unread
+entropy data to the end marker and reports it as a warning ("N extraneous bytes before marker 0xd9");
+simplejpeg's strict mode stops at the first warning and raises it as a ValueError, *after* the rows were written
+into our buffer when it is that one. :func:`decode_rows` accepts exactly that warning, naming the end marker, and
+keeps every other one an error: any earlier warning stopped the decode before all the rows were written, and
+would leave the buffer's previous bytes as pixels. With restart markers the same report names a restart marker,
+as does extra data inside a decoded segment, so the two cannot be told apart: such a JPEG is decoded by its
+segments, or whole.
 
 What each saves is in docs/images.md ("Only the part of the JPEG a crop needs"). Progressive JPEGs (every
 scan covers the whole image) and multi-scan sequential ones are decoded whole.
@@ -25,6 +29,7 @@ scan covers the whole image) and multi-scan sequential ones are decoded whole.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, NamedTuple
 
 import numba
@@ -36,7 +41,7 @@ from beton.codecs.jpeg_layout import JpegLayout, frame_layout
 __all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window", "splice_crop",
            "decode_spliced", "uint64_words", "next_marker"]
 
-_SKIPPED_DATA = "extraneous bytes before marker"  # libjpeg's JWRN_EXTRANEOUS_DATA
+_SKIPPED_TO_THE_END = "extraneous bytes before marker 0xd9"  # libjpeg's JWRN_EXTRANEOUS_DATA, before EOI
 
 
 @numba.njit(cache=True)
@@ -52,12 +57,14 @@ def rows_to_decode(bottom, height, mcu_height, exact_upsampling):
 
 def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[int], np.ndarray],
                 output: np.ndarray, **decode_options) -> None:
-    """Decode the top ``rows`` rows of ``payload`` (a sequential JPEG, SOF at ``frame``) into ``output``.
+    """Decode the top ``rows`` rows of ``payload`` (a one-scan sequential JPEG without restart markers, SOF at
+    ``frame``) into ``output``.
 
     ``buffer(nbytes)`` gives a reusable array to copy the payload into (the stored bytes stay untouched);
     ``output`` must have exactly the shape the shortened frame decodes to (its height sets ``min_height``; pass
     the other ``simplejpeg.decode_jpeg`` options). Raises ValueError, like ``simplejpeg.decode_jpeg``, for any
-    problem but the expected report of the skipped data.
+    problem but the expected report of the data skipped to the end marker (see the module docstring), so also for
+    a JPEG with restart markers.
     """
     copy = buffer(payload.size)
     copy[:] = payload
@@ -66,7 +73,7 @@ def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[in
     try:
         simplejpeg.decode_jpeg(copy, buffer=output, min_height=output.shape[0], **decode_options)
     except ValueError as error:
-        if _SKIPPED_DATA not in str(error):
+        if not str(error).endswith(_SKIPPED_TO_THE_END):
             raise
 
 
@@ -146,8 +153,8 @@ _BYTE_INDEX = np.uint64(0x0001020304050607)  # times 0x01 in byte k of a word: k
 @numba.njit(nogil=True, cache=True, inline="always")
 def next_marker(payload, words, position):
     """Where the next marker at or after ``position`` starts (0xFF followed by neither a stuffed 0 nor another 0xFF,
-    a fill byte); -1 if none does before the end. Tests 8 bytes at a time for a 0xFF (about one byte in a hundred
-    of photos' coded data is one) and jumps to the first: ``words`` is ``payload``'s whole 8-byte words, as
+    a fill byte); -1 if none does before the end. Tests 8 bytes at a time for a 0xFF (about one byte in 80 of
+    photos' coded data is one) and jumps to the first: ``words`` is ``payload``'s whole 8-byte words, as
     uint64 (:func:`uint64_words`)."""
     size = payload.size
     while position + 1 < size:
@@ -221,8 +228,7 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
 
 
 @numba.njit(nogil=True, cache=True)
-def splice_crop(payload, words, height, width, top, bottom, left, right, factor, exact_upsampling, window_share,
-                spliced):
+def splice_crop(payload, words, height, width, top, bottom, left, right, factor, exact_upsampling, spliced):
     """Plan the decode of the image pixels [top, bottom) x [left, right) of ``payload`` at 1/``factor``, and
     splice its window when that is the plan: one compiled call for the header walk, the choice and the splice
     (the crop decoders' per-image path; :func:`restart_window` and :func:`decode_window` are its parts).
@@ -231,9 +237,10 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
     window's JPEG is never longer than the payload). Returns (frame, frame height, frame width, rows, length,
     window top, left, height, width): frame -1 if the payload is not a one-scan sequential JPEG (decode it
     whole); a frame whose size is not ``height`` x ``width`` decides nothing more (length -1); else ``length``
-    bytes of ``spliced`` are the window's JPEG, or, if -1, the top ``rows`` rows are what to decode
-    (:func:`rows_to_decode`). A window is taken only when it holds less than ``window_share`` of those rows'
-    pixels: finding its segments reads the coded data up to its end."""
+    bytes of ``spliced`` are the window's JPEG, or, if -1, the top ``rows`` rows are what to decode: those above
+    the crop's bottom (:func:`rows_to_decode`) for a JPEG without restart markers, else all of them (module
+    docstring). With restart markers the window is taken whenever it is not the whole image: a window no smaller
+    than the rows above the crop still saves the whole decode."""
     frame, mcu_height, mcu_width, interval, scan_start = frame_layout(payload)
     if frame < 0:
         return -1, 0, 0, 0, -1, 0, 0, 0, 0
@@ -241,19 +248,24 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
     frame_width = (np.int64(payload[frame + 7]) << 8) | np.int64(payload[frame + 8])
     if frame_height != height or frame_width != width:
         return frame, frame_height, frame_width, 0, -1, 0, 0, 0, 0
-    scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
-    rows = rows_to_decode(scaled_bottom * factor, height, mcu_height, exact_upsampling)
+    if interval == 0:
+        scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
+        return frame, frame_height, frame_width, rows_to_decode(scaled_bottom * factor, height, mcu_height,
+                                                                exact_upsampling), -1, 0, 0, 0, 0
     row0, row1, column0, column1, columns, segments, window_top, window_left, window_height, window_width = \
         _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling)
     length = -1
-    if row0 >= 0 and window_height * window_width < window_share * rows * width:
+    if row0 >= 0:
         length = _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments,
                          window_height, window_width, spliced)
-    return frame, frame_height, frame_width, rows, length, window_top, window_left, window_height, window_width
+    return frame, frame_height, frame_width, height, length, window_top, window_left, window_height, window_width
 
 
 def uint64_words(payload: np.ndarray) -> np.ndarray:
-    """``payload``'s whole 8-byte words as uint64, for the marker scan."""
+    """``payload``'s whole 8-byte words as uint64, for the marker scan, which reads byte k of a word as its bits
+    8k..8k+7: on a big-endian host, none (the scan then reads byte by byte)."""
+    if sys.byteorder != "little":
+        return np.zeros(0, np.uint64)
     return payload[: payload.size // 8 * 8].view(np.uint64)
 
 

@@ -51,11 +51,6 @@ _AREA_ABOVE_SHRINK = 3.0
 # Decode at 1/f only if the crop stays >= 1.25x the output: scaling the DCT right down to the output size
 # lost quality on high-frequency photos at no measurable gain in speed (docs/images.md).
 _DCT_MARGIN = 1.25
-# A window of restart segments is decoded instead of the rows above the crop's bottom when it holds less than
-# this share of their pixels. Finding the segments reads the coded data up to the window's end, but a smaller
-# share, which allowed for that, measured slower since the scan reads 8 bytes at a time (docs/images.md, "Only
-# the part of the JPEG a crop needs").
-_WINDOW_SHARE = 1.0
 
 
 @functools.cache
@@ -237,8 +232,7 @@ def _decode_scaled(payload: np.ndarray, shape: tuple[int, int, int], factor: int
         if region is not None:
             spliced = scratch(payload.size, "window")
             frame, frame_height, frame_width, rows, length, top, left, window_height, window_width = splice_crop(
-                payload, uint64_words(payload), height, width, *region, factor, not fast_upsample, _WINDOW_SHARE,
-                spliced)
+                payload, uint64_words(payload), height, width, *region, factor, not fast_upsample, spliced)
         if frame < 0:  # decoded whole
             frame_height, frame_width = simplejpeg.decode_jpeg_header(payload)[:2]
             rows = height

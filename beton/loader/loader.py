@@ -112,7 +112,8 @@ class Loader:
             retries (docs/remote.md); local paths ignore it.
         verify_content: check every page against the file's SHA-256 content digest the first time it is loaded
             (``CorruptDataError`` naming file and page), as ``Reader(verify_content=True)``; an FFCV file, which
-            has no digests, is refused. The shards of a manifest file are always checked so. Costs a hash of each page once (docs/format.md, "Digest table").
+            has no digests, is refused. The shards of a manifest file are always checked so. Costs a hash of
+            each page once (docs/format.md, "Digest table").
 
     The torch DataLoader's names are accepted where they mean something:
 

@@ -43,10 +43,11 @@ def encoded(kind: str, height: int, width: int, seed: int = 0) -> tuple[bytes, i
     return simplejpeg.encode_jpeg(pixels, quality=90, colorsubsampling=kind), 3
 
 
-SEQUENTIAL = ("420", "422", "444", "440", "gray", "restart", "segments", "segments-rows")
+WITHOUT_MARKERS = ("420", "422", "444", "440", "gray")
+SEQUENTIAL = (*WITHOUT_MARKERS, "restart", "segments", "segments-rows")
 
 
-@pytest.mark.parametrize("kind", SEQUENTIAL)
+@pytest.mark.parametrize("kind", WITHOUT_MARKERS)
 @given(height=st.integers(9, 300), width=st.integers(1, 300), factor=st.sampled_from([1, 2, 4, 8]),
        fast=st.booleans(), bottom=st.floats(0, 1))
 def test_the_rows_above_the_bottom_are_those_of_a_full_decode(kind, height, width, factor, fast, bottom):
@@ -156,6 +157,47 @@ def test_damaged_jpegs_raise_where_the_decoded_rows_reach_the_damage(tmp_path):
         read(2, RandomResizedCropRGBImageDecoder((16, 16), scale=(0.05, 0.05), ratio=(1, 1), decode_whole=True))
 
 
+def stale_pixels(payload, shape, crop, out_size=32):
+    """How many of the crop decoder's decoded pixels differ between two scratch buffers filled with 0 and with
+    255 beforehand: pixels the decode never wrote, left as whatever the slot held (the previous image)."""
+    decoder = RandomResizedCropRGBImageDecoder((out_size, out_size))
+    images = [decoder.decoded_crop(np.frombuffer(payload, np.uint8), shape, crop, (out_size, out_size, shape[2]),
+                                   lambda nbytes, purpose="default", fill=fill: np.full(nbytes, fill, np.uint8))[0]
+              for fill in (0, 255)]
+    return int((images[0] != images[1]).sum())
+
+
+def test_a_decode_stopped_early_raises_rather_than_leave_the_previous_pixels():
+    """simplejpeg stops at the first warning. Of the rows decode's, only the report of the data skipped to the
+    end marker comes after every row was written: a stray byte in the header (a marker code turned to 0) or data
+    left over in a decoded restart segment stopped it before, and raised in a whole decode too. Both used to
+    return the slot's previous pixels."""
+    good = encoded("420", 128, 128)[0]
+    sos = good.index(b"\xff\xda")
+    header = good[:sos] + b"\xff\x00\x00\x04\xaa\xbb" + good[sos:]  # FF 00 is no marker: libjpeg skips it, warning
+    restart = encoded("restart", 128, 128)[0]  # a marker every 3 MCUs: segments that do not tile the image
+    scan = jpeg_layout(np.frombuffer(restart, np.uint8)).scan_start
+    first = next(i for i in range(scan, len(restart) - 1) if restart[i] == 0xFF and 0xD0 <= restart[i + 1] <= 0xD7)
+    leftover = restart[:first] + b"\x11\x22\x33" + restart[first:]  # 3 bytes more in the first segment
+    for damaged in (header, leftover):
+        with pytest.raises(ValueError):
+            simplejpeg.decode_jpeg(damaged)
+        with pytest.raises(DecodeError, match="JPEG cannot be decoded"):
+            stale_pixels(damaged, (128, 128, 3), (0, 0, 40, 40))
+    assert stale_pixels(good, (128, 128, 3), (0, 0, 40, 40)) == 0
+    assert stale_pixels(restart, (128, 128, 3), (0, 0, 40, 40)) == 0  # decoded whole
+
+
+def test_the_rows_decode_takes_only_the_skip_to_the_end_marker():
+    """With restart markers the skip is reported before a restart marker, as is data left over in a decoded
+    segment: decode_rows refuses it (the crop decoders decode such a JPEG by its segments, or whole)."""
+    data, _ = encoded("restart", 128, 128)
+    payload = np.frombuffer(data, np.uint8)
+    with pytest.raises(ValueError, match="extraneous bytes before marker 0xd"):
+        decode_rows(payload, jpeg_layout(payload).frame, 32, lambda n: np.empty(n, np.uint8),
+                    np.empty((32, 128, 3), np.uint8), colorspace="RGB", min_width=128)
+
+
 @given(height=st.integers(1, 700), width=st.integers(1, 700), factor=st.sampled_from([1, 2, 4, 8]))
 def test_libjpeg_scales_to_the_ceiling_of_size_over_factor(height, width, factor):
     """The crop decoders size their buffers by this rule instead of parsing each header."""
@@ -230,7 +272,7 @@ def test_smooth_upsampling_needs_the_extra_segment():
 
 
 def test_restart_segments_out_of_sequence_are_not_spliced():
-    """A payload whose markers do not follow its header is left to the row decode, which sees what it reads."""
+    """A payload whose markers do not follow its header is decoded whole, which sees what it reads."""
     data, _ = encoded("segments", 128, 128)  # 8 MCUs a row, segments of 2
     payload = np.frombuffer(data, np.uint8)
     layout = jpeg_layout(payload)
@@ -264,13 +306,13 @@ def next_marker_reference(data: bytes, position: int) -> int:
 @example([0xFF] * 9 + [0xD0])  # fill bytes, then a marker
 def test_the_marker_scan_finds_what_a_byte_by_byte_scan_finds(values):
     """The scan tests 8 bytes at a time and jumps to the first 0xFF of a word: from every start, in every
-    alignment, next to the end, it agrees with the plain loop."""
+    alignment, next to the end, it agrees with the plain loop; so does it without words (a big-endian host's)."""
     for pad in range(8):  # every alignment of the bytes to the 8-byte words
         data = bytes(pad) + bytes(values)
         payload = np.frombuffer(data, np.uint8)
-        words = uint64_words(payload)
-        assert [next_marker(payload, words, start) for start in range(len(data) + 1)] == \
-            [next_marker_reference(data, start) for start in range(len(data) + 1)]
+        expected = [next_marker_reference(data, start) for start in range(len(data) + 1)]
+        for words in (uint64_words(payload), np.zeros(0, np.uint64)):
+            assert [next_marker(payload, words, start) for start in range(len(data) + 1)] == expected
 
 
 @given(st.binary(max_size=400), st.integers(0, 3000))
@@ -341,10 +383,11 @@ def test_a_crop_decodes_only_its_segments_or_without_them_the_rows_above_its_bot
     decoder = RandomResizedCropRGBImageDecoder((32, 32))
     # MCU rows 6..8, segment columns 1..2
     assert decoded(payload, (100, 120, 40, 40)) == ((48, 128), (4, 56, 40, 40), False)
-    # the window (rows 16..223, every column) holds fewer pixels than the rows above the bottom (0..223): taken
+    # the window (rows 16..223, every column) of a crop that needs nearly the whole image
     assert decoded(payload, (16, 8, 200, 240)) == ((208 // 4, 256 // 4), (0, 2, 50, 60), False)  # at 1/4 scale
-    # one that holds as many (rows 0..207, every column) saves nothing: the rows above the bottom
-    assert decoded(payload, (0, 8, 200, 240)) == ((208 // 4, 256 // 4), (0, 2, 50, 60), True)
+    # one as large as the rows above the bottom (rows 0..207, every column) too: with restart markers, the rows
+    # decode could not tell the skip to the end from data left over in a segment
+    assert decoded(payload, (0, 8, 200, 240)) == ((208 // 4, 256 // 4), (0, 2, 50, 60), False)
     # without restart markers: the rows above the crop's bottom (0..143), every column
     assert decoded(np.frombuffer(plain, np.uint8), (100, 120, 40, 40)) == ((144, 256), (100, 120, 40, 40), True)
 
