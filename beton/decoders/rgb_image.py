@@ -8,8 +8,8 @@ the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is 
 resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
 Decoding writes into a per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory
 is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only in the restart
-segments a crop touches, or else down to the crop's bottom edge (:mod:`beton.decoders.jpeg_regions`): the same
-pixels, fewer decoded.
+segments a crop touches, or, without restart markers, down to the crop's bottom edge
+(:mod:`beton.decoders.jpeg_regions`): the same pixels, fewer decoded.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
 libjpeg-turbo's box filter instead of its triangle filter: cheaper, slightly less accurate, which augmented
@@ -193,8 +193,8 @@ class _CropDecoder(_ScanReader):
                      out_shape: tuple[int, ...], scratch: Callable[..., np.ndarray]
                      ) -> tuple[np.ndarray, tuple[float, float, float, float]]:
         """A JPEG decoded for a crop, before the resize: at the smallest sufficient DCT scale, only the restart
-        segments the crop touches, or else the rows above its bottom (unless ``decode_whole``), with this
-        decoder's settings; and the crop in its pixels.
+        segments the crop touches, or, without restart markers, the rows above its bottom (unless
+        ``decode_whole``), with this decoder's settings; and the crop in its pixels.
 
         ``shape``: the stored image's (height, width, channels); ``crop``: (top, left, height, width) from
         :meth:`crop`; ``out_shape``: the output's shape; ``scratch(nbytes, purpose="default")``: reusable
