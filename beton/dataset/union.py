@@ -258,8 +258,10 @@ class ShardedDataset(TableNames):
             raise
 
     def _join_digests(self, tables: UnionTables) -> None:
-        """The shards' page digests where their content is checked, in the virtual page numbering."""
-        self.verify_content = all(digests is not None for digests in tables.page_digests)
+        """The shards' page digests where their content is checked, in the virtual page numbering. Every shard is
+        read with the same ``verify_content``, so all have them or none: one without them among others fails the
+        join rather than turn every shard's checks off."""
+        self.verify_content = any(digests is not None for digests in tables.page_digests)
         self.page_digests: np.ndarray | None = None
         if self.verify_content:
             joined = b"".join(tables.page_digests)  # type: ignore[arg-type]  (every shard's are there)
