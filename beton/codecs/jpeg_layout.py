@@ -82,7 +82,9 @@ def jpeg_layout(payload: np.ndarray) -> JpegLayout | None:
     return None if layout[0] < 0 else JpegLayout(*(int(value) for value in layout))
 
 
+@numba.njit(cache=True)
 def frame_size(payload: np.ndarray, frame: int) -> tuple[int, int]:
-    """(height, width) written in the frame header at ``frame`` (16-bit big-endian fields)."""
-    return (int(payload[frame + 5]) << 8 | int(payload[frame + 6]),
-            int(payload[frame + 7]) << 8 | int(payload[frame + 8]))
+    """(height, width) written in the frame header at ``frame`` (16-bit big-endian fields). Compiled: the crop
+    decoders' per-image call reads it too."""
+    return ((np.int64(payload[frame + 5]) << 8) | np.int64(payload[frame + 6]),
+            (np.int64(payload[frame + 7]) << 8) | np.int64(payload[frame + 8]))

@@ -36,7 +36,7 @@ import numba
 import numpy as np
 import simplejpeg
 
-from beton.codecs.jpeg_layout import JpegLayout, frame_layout
+from beton.codecs.jpeg_layout import JpegLayout, frame_layout, frame_size
 
 __all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window", "splice_crop",
            "decode_spliced", "uint64_words", "next_marker"]
@@ -244,8 +244,7 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
     frame, mcu_height, mcu_width, interval, scan_start = frame_layout(payload)
     if frame < 0:
         return -1, 0, 0, 0, -1, 0, 0, 0, 0
-    frame_height = (np.int64(payload[frame + 5]) << 8) | np.int64(payload[frame + 6])
-    frame_width = (np.int64(payload[frame + 7]) << 8) | np.int64(payload[frame + 8])
+    frame_height, frame_width = frame_size(payload, frame)
     if frame_height != height or frame_width != width:
         return frame, frame_height, frame_width, 0, -1, 0, 0, 0, 0
     if interval == 0:
