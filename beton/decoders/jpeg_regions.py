@@ -30,16 +30,15 @@ scan covers the whole image) and multi-scan sequential ones are decoded whole.
 from __future__ import annotations
 
 import sys
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numba
 import numpy as np
 import simplejpeg
 
-from beton.codecs.jpeg_layout import JpegLayout, frame_layout, frame_size
+from beton.codecs.jpeg_layout import frame_layout, frame_size
 
-__all__ = ["rows_to_decode", "decode_rows", "RestartWindow", "restart_window", "decode_window", "splice_crop",
-           "decode_spliced", "uint64_words", "next_marker"]
+__all__ = ["rows_to_decode", "decode_rows", "splice_crop", "decode_spliced", "uint64_words", "next_marker"]
 
 _SKIPPED_TO_THE_END = "extraneous bytes before marker 0xd9"  # libjpeg's JWRN_EXTRANEOUS_DATA, before EOI
 
@@ -77,40 +76,17 @@ def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[in
             raise
 
 
-class RestartWindow(NamedTuple):
-    """A rectangle of whole restart segments: segment rows [row0, row1), columns [column0, column1) of a grid
-    ``columns`` segments wide and ``segments`` long in all; (top, left, height, width) its pixels in the image."""
-
-    row0: int
-    row1: int
-    column0: int
-    column1: int
-    columns: int
-    segments: int
-    top: int
-    left: int
-    height: int
-    width: int
-
-
-def restart_window(layout: JpegLayout, height: int, width: int, region: tuple[int, int, int, int],
-                   exact_upsampling: bool) -> RestartWindow | None:
-    """The smallest rectangle of restart segments whose decode holds the pixels of ``region`` (top, bottom,
-    left, right; image pixels, ends excluded) exactly as a full decode does; None if the JPEG's restart
-    segments do not tile it, or if the rectangle is the whole image.
+@numba.njit(cache=True)
+def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling):
+    """The smallest rectangle of restart segments whose decode holds the pixels of the region [top, bottom) x
+    [left, right) exactly as a full decode does: segment rows [row0, row1) and columns [column0, column1) of a grid
+    ``columns`` segments wide and ``segments`` long in all, then its top, left, height and width in pixels. row0
+    is -1 if the JPEG's restart segments do not tile the image, or if the rectangle is the whole image.
 
     With ``exact_upsampling`` (libjpeg's triangle filter) the rectangle takes one more segment on each side.
     A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg picks the largest DCT scale
     whose output is at least the size asked for, and 8 pixels or fewer decode to the same size at two scales.
     """
-    window = _window(layout.mcu_height, layout.mcu_width, layout.restart_interval, height, width, *region,
-                     exact_upsampling)
-    return None if window[0] < 0 else RestartWindow(*window)
-
-
-@numba.njit(cache=True)
-def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling):
-    """:func:`restart_window`'s fields, compiled to be called from :func:`splice_crop` too; row0 is -1 for None."""
     per_row = -(-width // mcu_width)
     if interval <= 0 or per_row <= 0 or height <= 0:
         return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
@@ -231,7 +207,7 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
 def splice_crop(payload, words, height, width, top, bottom, left, right, factor, exact_upsampling, spliced):
     """Plan the decode of the image pixels [top, bottom) x [left, right) of ``payload`` at 1/``factor``, and
     splice its window when that is the plan: one compiled call for the header walk, the choice and the splice
-    (the crop decoders' per-image path; :func:`restart_window` and :func:`decode_window` are its parts).
+    (the crop decoders' per-image path).
 
     ``words``: ``payload``'s whole 8-byte words as uint64; ``spliced``: at least ``payload.size`` bytes (a
     window's JPEG is never longer than the payload). Returns (frame, frame height, frame width, rows, length,
@@ -268,25 +244,8 @@ def uint64_words(payload: np.ndarray) -> np.ndarray:
     return payload[: payload.size // 8 * 8].view(np.uint64)
 
 
-def decode_window(payload: np.ndarray, layout: JpegLayout, window: RestartWindow,
-                  buffer: Callable[[int], np.ndarray], output: np.ndarray, **decode_options) -> bool:
-    """Decode ``window`` of ``payload`` into ``output``, whose shape must be the window's at the DCT scale asked
-    for (its height sets ``min_height``; pass the other ``simplejpeg.decode_jpeg`` options); False, with
-    nothing decoded, if the payload's restart segments are not what its header says. ``buffer(nbytes)`` gives
-    a reusable array for the spliced JPEG. Raises ValueError, like ``simplejpeg.decode_jpeg``."""
-    selected = (window.row1 - window.row0) * (window.column1 - window.column0)
-    spliced = buffer(payload.size + 2 * selected + 2)
-    length = _splice(payload, uint64_words(payload), layout.scan_start, layout.frame, window.row0, window.row1,
-                     window.column0, window.column1, window.columns, window.segments, window.height, window.width,
-                     spliced)
-    if length < 0:
-        return False
-    decode_spliced(spliced[:length], output, **decode_options)
-    return True
-
-
 def decode_spliced(spliced: np.ndarray, output: np.ndarray, **decode_options) -> None:
-    """Decode a window's JPEG (as :func:`decode_window` or :func:`splice_crop` spliced it) into ``output``, whose
+    """Decode a window's JPEG (as :func:`splice_crop` spliced it) into ``output``, whose
     height sets ``min_height`` (pass the other ``simplejpeg.decode_jpeg`` options). Raises ValueError, like
     ``simplejpeg.decode_jpeg``, also where it decodes to another size than ``output``'s."""
     decoded = simplejpeg.decode_jpeg(spliced, buffer=output, min_height=output.shape[0], **decode_options)

@@ -13,10 +13,11 @@ import simplejpeg
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beton.codecs.jpeg_layout import jpeg_layout
 from beton.codecs.jpeg_restarts import add_restart_markers, choose_interval, encode_jpeg, with_restart_markers
-from beton.decoders.jpeg_regions import decode_window, restart_window
+from beton.decoders.jpeg_regions import decode_spliced
 from beton.tools.sample_photos import load_photo
+
+from jpeg_windows import splice_window
 
 SUBSAMPLINGS = ("444", "422", "420", "440", "411")
 RST = re.compile(rb"\xff[\xd0-\xd7]")
@@ -169,14 +170,12 @@ def test_the_crop_decoders_splice_the_segments_into_the_crop(subsampling):
     data = check_transcode(simplejpeg_jpeg(image, 85, subsampling), 1)  # any interval dividing a row
     data = check_transcode(data, choose_interval(segments(data)["mcu_grid"][1]))
     payload = np.frombuffer(data, np.uint8)
-    layout = jpeg_layout(payload)
     colorspace = "GRAY" if subsampling == "gray" else "RGB"
     full = simplejpeg.decode_jpeg(data, fastupsample=True, colorspace=colorspace)
     for region in [(16, 32, 70, 100), (0, 10, 180, 190), (75, 83, 0, 5), (40, 83, 70, 190), (30, 60, 0, 120)]:
-        window = restart_window(layout, 83, 190, region, exact_upsampling=False)
+        window = splice_window(payload, 83, 190, region, exact_upsampling=False)
         out = np.empty((window.height, window.width, full.shape[2]), np.uint8)
-        assert decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8), out, colorspace=colorspace,
-                             min_width=window.width, fastupsample=True)
+        decode_spliced(window.jpeg, out, colorspace=colorspace, min_width=window.width, fastupsample=True)
         np.testing.assert_array_equal(out, full[window.top : window.top + window.height,
                                                 window.left : window.left + window.width])
 

@@ -16,12 +16,13 @@ from beton.decoders import CenterCropRGBImageDecoder, RandomResizedCropRGBImageD
 from beton.decoders.rgb_image import resize_into
 from beton.codecs.jpeg_layout import jpeg_layout
 from beton.codecs.jpeg_restarts import with_restart_markers
-from beton.decoders.jpeg_regions import (decode_rows, decode_window, next_marker, restart_window,
-                                        rows_to_decode, uint64_words)
+from beton.decoders.jpeg_regions import (decode_rows, decode_spliced, next_marker, rows_to_decode, splice_crop,
+                                        uint64_words)
 from beton.tools.sample_photos import photo_crop
 from beton.transforms import ToTensor
 
 from conftest import write
+from jpeg_windows import splice_window
 
 
 def encoded(kind: str, height: int, width: int, seed: int = 0) -> tuple[bytes, int]:
@@ -229,7 +230,6 @@ def test_a_frame_that_disagrees_with_the_data_table_raises(tmp_path, whole):
 def test_a_window_of_restart_segments_decodes_as_the_full_image_there(kind, height, width, factor, fast, corners):
     data, _ = encoded(kind, height, width, seed=height * width)
     payload = np.frombuffer(data, np.uint8)
-    layout = jpeg_layout(payload)
     options = {"colorspace": "RGB", "min_factor": factor, "fastupsample": fast}
     full = simplejpeg.decode_jpeg(data, min_height=-(-height // factor), min_width=-(-width // factor), **options)
     (top, bottom), (left, right) = (sorted(round(c * size) for c in corners[k : k + 2])
@@ -237,15 +237,14 @@ def test_a_window_of_restart_segments_decodes_as_the_full_image_there(kind, heig
     top, left = min(top, height - 1), min(left, width - 1)
     top, left = top - top % factor, left - left % factor  # the decoder asks for regions starting on a scaled pixel
     bottom, right = min(max(bottom, top + 1), height), min(max(right, left + 1), width)
-    window = restart_window(layout, height, width, (top, bottom, left, right), exact_upsampling=not fast)
+    window = splice_window(payload, height, width, (top, bottom, left, right), exact_upsampling=not fast)
     if window is None:  # the whole image: decoded as it is
         return
     assert window.top <= top and bottom <= window.top + window.height
     assert window.left <= left and right <= window.left + window.width
     assert window.top % factor == 0 and window.left % factor == 0
     out = np.empty((-(-window.height // factor), -(-window.width // factor), 3), np.uint8)
-    assert decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8), out, min_width=out.shape[1],
-                         **options)
+    decode_spliced(window.jpeg, out, min_width=out.shape[1], **options)
     y, x = window.top // factor, window.left // factor
     inside = (slice((top - window.top) // factor, -(-(bottom - window.top) // factor)),
               slice((left - window.left) // factor, -(-(right - window.left) // factor)))
@@ -256,19 +255,19 @@ def test_a_window_of_restart_segments_decodes_as_the_full_image_there(kind, heig
 
 
 def test_smooth_upsampling_needs_the_extra_segment():
-    """Without the margin, the window's edges differ: the margin in restart_window is not decoration."""
+    """Without the margin, the window's edges differ: the margin of the window is not decoration."""
     data, _ = encoded("segments", 160, 160)  # 10 MCUs a row, segments of 2
     payload = np.frombuffer(data, np.uint8)
-    layout = jpeg_layout(payload)
     full = simplejpeg.decode_jpeg(data)
-    bare = restart_window(layout, 160, 160, (48, 96, 64, 96), exact_upsampling=False)
-    assert (bare.top, bare.left, bare.height, bare.width) == (48, 64, 48, 32)
+    bare = splice_window(payload, 160, 160, (48, 96, 64, 96), exact_upsampling=False)
+    assert bare[:4] == (48, 64, 48, 32)
     out = np.empty((48, 32, 3), np.uint8)
-    assert decode_window(payload, layout, bare, lambda n: np.empty(n, np.uint8), out, colorspace="RGB",
-                         min_width=32)
+    decode_spliced(bare.jpeg, out, colorspace="RGB", min_width=32)
     assert not np.array_equal(out, full[48:96, 64:96])  # the triangle filter had no neighbours to blend with
-    wide = restart_window(layout, 160, 160, (48, 96, 64, 96), exact_upsampling=True)
-    assert (wide.top, wide.left, wide.height, wide.width) == (32, 32, 80, 96)
+    wide = splice_window(payload, 160, 160, (48, 96, 64, 96), exact_upsampling=True)
+    assert wide[:4] == (32, 32, 80, 96)
+    decode_spliced(wide.jpeg, out := np.empty((80, 96, 3), np.uint8), colorspace="RGB", min_width=96)
+    np.testing.assert_array_equal(out[16:64, 32:64], full[48:96, 64:96])
 
 
 def test_restart_segments_out_of_sequence_are_not_spliced():
@@ -276,17 +275,17 @@ def test_restart_segments_out_of_sequence_are_not_spliced():
     data, _ = encoded("segments", 128, 128)  # 8 MCUs a row, segments of 2
     payload = np.frombuffer(data, np.uint8)
     layout = jpeg_layout(payload)
-    window = restart_window(layout, 128, 128, (64, 80, 64, 80), exact_upsampling=False)
+    assert splice_window(payload, 128, 128, (64, 80, 64, 80), exact_upsampling=False).jpeg is not None
     markers = [i for i in range(layout.scan_start, len(data) - 1)
                if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
-    assert len(markers) == window.segments - 1
+    assert len(markers) == 8 * 4 - 1  # 8 MCU rows of 4 segments
     for damage in (lambda b: b.__setitem__(markers[3] + 1, 0xD0 + (data[markers[3] + 1] + 1 - 0xD0) % 8),
                    lambda b: b.__setitem__(slice(markers[3], markers[3] + 2), b"\x00\x00")):
         damaged = bytearray(data)
         damage(damaged)
-        out = np.empty((16, 16, 3), np.uint8)
-        assert not decode_window(np.frombuffer(bytes(damaged), np.uint8), layout, window,
-                                 lambda n: np.empty(n, np.uint8), out, colorspace="RGB", min_width=16)
+        window = splice_window(np.frombuffer(bytes(damaged), np.uint8), 128, 128, (64, 80, 64, 80),
+                               exact_upsampling=False)
+        assert window[:4] == (64, 64, 16, 32) and window.jpeg is None
 
 
 def next_marker_reference(data: bytes, position: int) -> int:
@@ -320,16 +319,14 @@ def test_splicing_never_reads_past_the_payload(noise, cut):
     data, _ = encoded("segments", 48, 48)
     for candidate in (data[:cut], data[:cut] + noise, data[:cut] + noise + data[cut:]):
         payload = np.frombuffer(candidate, np.uint8)
-        layout = jpeg_layout(payload)
-        if layout is None:
-            continue
-        window = restart_window(layout, 48, 48, (16, 32, 16, 32), exact_upsampling=False)
-        if window is None:
+        spliced = np.empty(payload.size, np.uint8)
+        frame, height, width, _, length, _, _, window_height, window_width = splice_crop(
+            payload, uint64_words(payload), 48, 48, 16, 32, 16, 32, 1, False, spliced)
+        if length < 0:
             continue
         try:
-            decode_window(payload, layout, window, lambda n: np.empty(n, np.uint8),
-                          np.empty((window.height, window.width, 3), np.uint8), colorspace="RGB",
-                          min_width=window.width)
+            decode_spliced(spliced[:length], np.empty((window_height, window_width, 3), np.uint8), colorspace="RGB",
+                           min_width=window_width)
         except ValueError:
             pass  # simplejpeg's report of damaged data, which the decoder turns into a DecodeError
 
