@@ -6,10 +6,11 @@ long run: ``python benchmarks/stress.py --epochs 20000``). It lives beside the s
 ``sys.path``), the benchmark adds this folder to ``sys.path``; the package itself carries no test hooks.
 
 **Delays** (:class:`Jitter`): :meth:`Jitter.installed` wraps, for as long as it is entered, every hand-off
-named in :data:`HAND_OFFS` (a worker taking a batch and publishing its result, the slot gate, the consumer's
-``next()``, ``close()``, ``interrupt()``, the process cache's schedule, page reader and sources) with a sleep
-before and after the call, and replaces the condition each of the epoch state, the slot gate and the page
-schedule is built with by one that also sleeps around taking its lock, inside it and after each wait (so
+named in :data:`HAND_OFFS` (a worker taking a batch and publishing its result, an idle worker helping with
+another's per-sample stage, the slot gate, the consumer's ``next()``, ``close()``, ``interrupt()``, the process
+cache's schedule, page reader and sources) with a sleep before and after the call, and replaces the condition
+each of the epoch state, a per-sample stage, the slot gate and the page schedule is built with by one that also
+sleeps around taking its lock, inside it and after each wait (so
 delays land *inside* the critical sections too, between reading one thing and the next). Each sleep happens
 with probability ``probability`` and lasts 0 to ``max_delay`` seconds, drawn from one generator seeded with
 ``seed`` (the choices, not the threads' interleavings, are reproducible). It also shortens the consumer's timed
@@ -21,7 +22,8 @@ draws what the training loop does (:data:`ACTIONS`): run to the end, ``break``, 
 ``iter()`` again (supersede), ``loader.close()``, or ``del`` the loader, after a drawn number of batches;
 with or without a slow loop body, keeping every batch or not. Loaders are rebuilt now and then with drawn
 options: 0-3 workers, the OS cache or the process cache (its default budget or the smallest), batch sizes,
-``drop_last``, ``batches_ahead``, a subset of the samples (down to single-batch and empty epochs). Every batch
+``drop_last``, ``batches_ahead``, a subset of the samples (down to single-batch and empty epochs), and half
+the time the payload through a per-sample Python stage (:class:`PythonCopy`) that idle workers help with. Every batch
 received is compared, at once and again after the slow step, with ``loader.epoch_batches(epoch)``; kept
 batches again at the epoch's end. After each epoch no ``beton-worker-*`` thread may be alive, and a page reader
 only while its loader is open and for at most :data:`READER_GRACE` seconds after its epoch ended.
@@ -49,6 +51,7 @@ import numpy as np
 
 import beton
 from beton.errors import LoaderError
+from beton.decoders import NDArrayDecoder
 from beton.fields import IntField, NDArrayField
 from beton.loader import epoch as epoch_module
 from beton.loader.epoch import EpochEngine, EpochIterator, _EpochState
@@ -56,6 +59,8 @@ from beton.memory.page_reader import PageReader
 from beton.memory.page_schedule import PageSchedule
 from beton.memory.process_cache import ProcessCacheLayer
 from beton.memory.slots import SlotGate
+from beton.pipeline import SampleOperation, State
+from beton.pipeline.sample_loop import SampleLoop
 
 NUM_SAMPLES = 48
 PAYLOAD_WIDTH = 40  # int32 values per sample: 160 bytes, so payloads cross the 256-byte pages
@@ -65,7 +70,9 @@ HANG_SECONDS = 120.0  # an epoch running longer is a hang: every thread's stack 
 
 #: (class, method): every hand-off of the epoch engine, each wrapped with a sleep before and after
 HAND_OFFS = (
-    (_EpochState, "take_batch"), (_EpochState, "publish"),
+    (_EpochState, "take_batch"), (_EpochState, "publish"), (_EpochState, "finished"),
+    (_EpochState, "share"), (_EpochState, "loop_to_help"),
+    (SampleLoop, "run"), (SampleLoop, "help"), (SampleLoop, "finish"),
     (EpochEngine, "compute"),
     (EpochIterator, "__next__"), (EpochIterator, "close"), (EpochIterator, "interrupt"),
     (SlotGate, "wait"), (SlotGate, "asked_for"), (SlotGate, "close"),
@@ -76,7 +83,8 @@ HAND_OFFS = (
     (ProcessCacheLayer, "close"),
 )
 #: (class, attribute): the conditions replaced by shaken ones, as each object is built
-CONDITIONS = ((_EpochState, "condition"), (SlotGate, "_condition"), (PageSchedule, "_condition"))
+CONDITIONS = ((_EpochState, "condition"), (SlotGate, "_condition"), (PageSchedule, "_condition"),
+              (SampleLoop, "_condition"))
 
 ACTIONS = ("full", "break", "raise", "supersede", "close", "del", "cycle")
 CYCLE_WAIT = 0.05  # seconds an abandoned cycle is left to the collector's own runs, in any thread
@@ -192,6 +200,18 @@ def write_file(path: str) -> str:
     return path
 
 
+@dataclasses.dataclass(frozen=True)
+class PythonCopy(SampleOperation):
+    """The payload's rows copied in Python, a per-sample stage: idle workers help finish batches with it."""
+
+    def output_state(self, previous: Any) -> State:
+        return previous
+
+    def apply(self, src: Any, dst: np.ndarray, i: int, sample: int, context: Any) -> None:
+        time.sleep(0)  # the GIL to another thread, so that helpers take positions between this batch's own
+        dst[i] = src[i]
+
+
 class _Samples:
     def __len__(self) -> int:
         return NUM_SAMPLES
@@ -232,6 +252,8 @@ class LoaderConfig:
     batches_ahead: int | None
     samples: int
     shuffle: bool
+    python_stage: bool  # the payload through PythonCopy, a stage idle workers help with
+
 
     @classmethod
     def draw(cls, rng: random.Random) -> LoaderConfig:
@@ -240,7 +262,8 @@ class LoaderConfig:
         samples = rng.choice((rng.randint(1, batch_size), rng.randint(1, 4 * batch_size),
                               rng.randint(1, NUM_SAMPLES)))
         return cls(rng.choice((0, 1, 1, 2, 3)), rng.choice(("os", "process", "process-min")), batch_size,
-                   rng.random() < 0.3, rng.choice((None, 1, 2)), min(samples, NUM_SAMPLES), rng.random() < 0.7)
+                   rng.random() < 0.3, rng.choice((None, 1, 2)), min(samples, NUM_SAMPLES), rng.random() < 0.7,
+                   rng.random() < 0.5)
 
     def build(self, path: str, seed: int) -> beton.Loader:
         memory = {"os": beton.memory.OSCache(), "process": beton.memory.ProcessCache(),
@@ -248,7 +271,8 @@ class LoaderConfig:
         order = beton.OrderOption.RANDOM if self.shuffle else beton.OrderOption.SEQUENTIAL
         return beton.Loader(path, batch_size=self.batch_size, num_workers=self.num_workers, memory=memory,
                             order=order, seed=seed, drop_last=self.drop_last, batches_ahead=self.batches_ahead,
-                            indices=np.arange(self.samples))
+                            indices=np.arange(self.samples),
+                            pipelines={"payload": [NDArrayDecoder(), PythonCopy()]} if self.python_stage else None)
 
 
 @dataclasses.dataclass(frozen=True)

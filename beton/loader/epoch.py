@@ -19,6 +19,11 @@ Concurrency model
   fills the slot without holding any lock, then publishes the batch's result (outputs, or the exception it
   raised) under the lock. The consumer owns the slot from the moment ``next()`` returns its batch until it
   asks for the batch after the next one.
+* **Helping at the end.** A worker with no batch left to take helps the others finish theirs: it takes
+  positions of their per-sample stages (:class:`~beton.pipeline.sample_loop.SampleLoop`, offered while they
+  run) with scratch buffers of its own, until no batch is being computed. It writes only the positions it took,
+  into the slot of a batch whose own thread waits for it before that stage ends, and so before the batch is
+  published or its memory released.
 * **Errors.** An exception in any stage is stored as that batch's result, stops further batches from being
   started, and is raised by ``next()`` in the consumer as the original exception, with a note naming the
   pipeline, operation and sample. Batches before it are still delivered first, in order.
@@ -37,6 +42,7 @@ Concurrency model
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import threading
@@ -51,7 +57,8 @@ from beton.memory.base import EpochReads, MemoryLayer, StoredField
 from beton.pieces import Pieces
 from beton.pipeline.compiler import Plan
 from beton.pipeline.executor import run_batch, warm_up
-from beton.pipeline.operation import BatchContext
+from beton.pipeline.operation import BatchContext, Scratch
+from beton.pipeline.sample_loop import SampleLoop
 from beton.pipeline.ragged import map_parts
 from beton.memory.slots import Slot, SlotGate
 from beton.random import operation_key
@@ -187,8 +194,9 @@ class EpochEngine:
 
     # ---- a batch (in a worker thread, or the loop's with num_workers=0) ---------------------------------------
 
-    def compute(self, epoch: _Epoch, batch: int) -> tuple:
-        """Batch ``batch`` of ``epoch``, computed in its slot (whose gate the caller passed)."""
+    def compute(self, epoch: _Epoch, batch: int, share: Callable[[SampleLoop | None], None] | None = None) -> tuple:
+        """Batch ``batch`` of ``epoch``, computed in its slot (whose gate the caller passed); ``share`` offers its
+        per-sample stages to idle workers (:func:`~beton.pipeline.executor.run_batch`)."""
         slot = self.slots[batch % len(self.slots)]
         samples = epoch.batches[batch]
         memory = self.memory
@@ -199,7 +207,7 @@ class EpochEngine:
                 slot.release_kept()
             context = BatchContext(samples, epoch.number, batch=batch, seed=epoch.seed, scratch=slot.scratch,
                                    fidelity=self.fidelity, keys=epoch.keys, sources=sources)
-            return run_batch(self.plan, self.kernel_arguments, slot.buffers, context)
+            return run_batch(self.plan, self.kernel_arguments, slot.buffers, context, share)
         finally:
             memory.batch_done(batch)
 
@@ -235,6 +243,8 @@ class _EpochState:
         self.stop = False
         self.ended_by: str | None = None  # why the Loader ended the epoch early (another epoch, close())
         self.working = 0  # workers inside their loop (_work): a finaliser waits for none, not for the threads
+        self.computing = 0  # batches taken by workers and not yet published
+        self.loops: dict[int, SampleLoop] = {}  # batch -> its per-sample stage running now, offered to idle workers
 
     def close(self) -> None:
         """Stop the epoch: no batch starts from now on and no result is kept; the gate closes."""
@@ -250,13 +260,45 @@ class _EpochState:
             return self.condition.wait_for(lambda: self.working == 0, timeout)
 
     def take_batch(self) -> int | None:
-        """Next batch number for a worker, once its slot is free; None when there is nothing left."""
+        """Next batch number for a worker, once its slot is free; None when there is nothing left. A batch taken
+        is :meth:`finished` by the worker once published."""
         with self.condition:
             if self.stop or self.next_batch >= self.end:
                 return None
             batch = self.next_batch
             self.next_batch += 1
-        return batch if self.gate.wait(batch) else None
+            self.computing += 1
+        if self.gate.wait(batch):
+            return batch
+        self.finished()
+        return None
+
+    def finished(self) -> None:
+        with self.condition:
+            self.computing -= 1
+            self.condition.notify_all()  # helpers waiting for the epoch's last batches
+
+    def share(self, batch: int, loop: SampleLoop | None) -> None:
+        """Offer ``loop``, a per-sample stage of ``batch`` starting now, to idle workers; None: withdraw it."""
+        with self.condition:
+            if loop is None:
+                self.loops.pop(batch, None)
+            else:
+                self.loops[batch] = loop
+            self.condition.notify_all()
+
+    def loop_to_help(self) -> SampleLoop | None:
+        """For a worker with no batch left to take: a per-sample stage with positions left, once there is one;
+        None once no batch is being computed (or the epoch stopped)."""
+        with self.condition:
+            while not self.stop:
+                found = next((loop for loop in self.loops.values() if loop.open), None)
+                if found is not None:
+                    return found
+                if self.computing == 0:
+                    return None
+                self.condition.wait()
+            return None
 
     def publish(self, batch: int, ok: bool, value: Any) -> None:
         with self.condition:
@@ -268,20 +310,29 @@ class _EpochState:
             self.condition.notify_all()
 
 
-def _work(state: _EpochState, compute: Callable[[int], tuple]) -> None:
+def _work(state: _EpochState, compute: Callable[..., tuple]) -> None:
     try:
         while (batch := state.take_batch()) is not None:
-            _compute_and_publish(state, batch, compute)
+            try:
+                _compute_and_publish(state, batch, compute, functools.partial(state.share, batch))
+            finally:
+                state.finished()
+        # no batch left to take: help the others finish theirs, sample by sample, with scratch of this thread's
+        scratch = None
+        while (loop := state.loop_to_help()) is not None:
+            scratch = scratch or Scratch()
+            loop.help(scratch)
     finally:
         with state.condition:
             state.working -= 1
             state.condition.notify_all()
 
 
-def _compute_and_publish(state: _EpochState, batch: int, compute: Callable[[int], tuple]) -> None:
+def _compute_and_publish(state: _EpochState, batch: int, compute: Callable[..., tuple],
+                         share: Callable[[SampleLoop | None], None] | None = None) -> None:
     """Publish the batch's outputs, or whatever it raised: every failure must reach the consumer."""
     try:
-        state.publish(batch, True, compute(batch))
+        state.publish(batch, True, compute(batch, share))
     except BaseException as error:  # noqa: BLE001 - raised again by __next__ in the consumer
         state.publish(batch, False, error)
 
@@ -302,8 +353,8 @@ class EpochIterator:
         self._engine = engine
         self._state = _EpochState(first, len(epoch.batches), gate)
 
-        def compute(batch: int) -> tuple:
-            return engine.compute(epoch, batch)
+        def compute(batch: int, share: Callable[[SampleLoop | None], None] | None) -> tuple:
+            return engine.compute(epoch, batch, share)
 
         self._compute = compute
         self._threads = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,13 +11,17 @@ from beton.errors import locate
 from beton.pipeline.compiler import Plan, Stage, Step
 from beton.pipeline.operation import BatchContext, Source, SourceState
 from beton.pipeline.ragged import Padded, map_parts
+from beton.pipeline.sample_loop import SampleLoop
 
 __all__ = ["run_batch", "warm_up", "step_key"]
 
 
-def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], batch: BatchContext) -> tuple:
+def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray], batch: BatchContext,
+              share: Callable[[SampleLoop | None], None] | None = None) -> tuple:
     """Run every stage of ``batch`` (its samples, keys and sources) into ``buffers``, its slot's output buffers;
-    return one value per output (numpy views of the buffers, tensors, lists)."""
+    return one value per output (numpy views of the buffers, tensors, lists). ``share(loop)`` offers each
+    per-sample stage to idle workers while it runs, ``share(None)`` withdraws it (see
+    :mod:`beton.pipeline.sample_loop`)."""
     count = len(batch.samples)
     values: list[Any] = list(batch.sources)
     in_buffer = [False] * len(values)  # whether values[o] is a whole (batch_size-long) slot buffer
@@ -33,7 +37,7 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
         context = batch.with_key(step_key(step, batch.keys))
         if stage.kind == "sample":
             destination = _slot_value(buffers, step.buffer, step.lengths_buffer)
-            _apply_per_sample(plan, step, batch, current, destination, context)
+            _apply_per_sample(plan, step, batch, current, destination, context, share)
             values[step.output], in_buffer[step.output] = destination, True
             continue
         try:
@@ -45,14 +49,21 @@ def run_batch(plan: Plan, kernel_arguments: dict, buffers: Sequence[np.ndarray],
 
 
 def _apply_per_sample(plan: Plan, step: Step, batch: BatchContext, current: Any, destination: Any,
-                      context: BatchContext) -> None:
-    i = 0
+                      context: BatchContext, share: Callable[[SampleLoop | None], None] | None) -> None:
+    loop = SampleLoop(step.operation.apply, batch.samples, current, destination, context)
+    if share is not None:
+        share(loop)
     try:
-        for i in range(len(batch.samples)):
-            step.operation.apply(current, destination, i, int(batch.samples[i]), context)
-    except Exception as error:
-        _annotate(error, plan, (step,), batch, i)
-        raise
+        loop.run()
+    finally:
+        if share is not None:
+            share(None)
+        failure = loop.finish()  # also when run() was interrupted: no helper may outlive the batch's buffers
+    if failure is not None:
+        i, error = failure
+        if isinstance(error, Exception):
+            _annotate(error, plan, (step,), batch, i)
+        raise error
 
 
 def step_key(step: Step, keys: dict[tuple[int, int], np.uint64]) -> Any:

@@ -187,7 +187,8 @@ def torch_dtype(dtype: Any) -> Any:
 
 
 class Scratch:
-    """Grow-only uint8 buffers owned by one batch slot (so by one thread at a time), one per purpose.
+    """Grow-only uint8 buffers owned by one batch slot, or by a worker helping with another batch (so by one thread
+    at a time), one per purpose.
 
     A purpose is any hashable name; buffers of different purposes never overlap.
     """
@@ -314,7 +315,11 @@ class SampleOperation(Operation):
 
     @abc.abstractmethod
     def apply(self, src: Any, dst: np.ndarray, i: int, sample: int, context: BatchContext) -> None:
-        """Write batch position ``i`` of ``dst`` from ``src`` (a :class:`Source` for decoders)."""
+        """Write batch position ``i`` of ``dst`` from ``src`` (a :class:`Source` for decoders).
+
+        Other positions of the same batch may run at the same time in other threads (idle workers help finish
+        the epoch's last batches): write position ``i`` only, and keep temporary buffers in ``context.scratch``
+        (each thread's own)."""
 
 
 class BatchOperation(Operation):

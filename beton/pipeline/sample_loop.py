@@ -1,0 +1,80 @@
+"""One per-sample (Python) stage of one batch, whose positions idle worker threads may share.
+
+A batch is one worker's unit of work, so an epoch ends when its slowest worker finishes its last batch: the other
+workers, with no batch left to take, would wait for up to a batch's time each. A :class:`SampleLoop` hands out
+the stage's batch positions one at a time, under a lock, to the batch's own thread (:meth:`SampleLoop.run`) and
+to any idle worker that joins it (:meth:`SampleLoop.help`, with scratch buffers of its own); the batch's thread
+then waits for every position handed out (:meth:`SampleLoop.finish`) before its next stage. Each position is
+written once, by whichever thread took it, from the same inputs and keys: the batch is the same whoever
+computed which sample.
+
+A failure stops the handing out. Positions are handed out in order, so every position before a failing one was
+taken before it, and has finished when :meth:`SampleLoop.finish` returns: the lowest failing position it reports
+is the one a loop over the batch in one thread would have stopped at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from beton.pipeline.operation import BatchContext, Scratch
+
+__all__ = ["SampleLoop"]
+
+
+class SampleLoop:
+    """``apply(current, destination, i, sample, context)`` for every position ``i`` of ``samples``."""
+
+    def __init__(self, apply: Callable[..., None], samples: np.ndarray, current: Any, destination: Any,
+                 context: BatchContext) -> None:
+        self._apply, self._samples, self._current, self._destination = apply, samples, current, destination
+        self._context = context
+        self._condition = threading.Condition()
+        self._next = 0  # the next position to hand out
+        self._running = 0  # positions handed out and not finished
+        self._failures: list[tuple[int, BaseException]] = []
+
+    @property
+    def open(self) -> bool:
+        """Whether positions are left to hand out (read without the lock: a hint for helpers)."""
+        return self._next < len(self._samples) and not self._failures
+
+    def run(self) -> None:
+        """Compute positions in the calling thread, the batch's own, until none is left to hand out."""
+        self._work(self._context)
+
+    def help(self, scratch: Scratch) -> None:
+        """Compute positions in an idle worker thread, with its own ``scratch``, until none is left."""
+        self._work(dataclasses.replace(self._context, scratch=scratch))
+
+    def finish(self) -> tuple[int, BaseException] | None:
+        """Once :meth:`run` returned: wait for the positions helpers are computing; the first failure (position,
+        exception), or None."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._running == 0)
+            return min(self._failures, key=lambda failure: failure[0], default=None)
+
+    def _work(self, context: BatchContext) -> None:
+        count, position, failure = len(self._samples), -1, None
+        while True:
+            with self._condition:  # one hold per position: finish the last one, take the next
+                if position >= 0:
+                    self._running -= 1
+                    if failure is not None:
+                        self._failures.append((position, failure))
+                if self._failures or self._next >= count:
+                    if self._running == 0:
+                        self._condition.notify_all()
+                    return
+                position = self._next
+                self._next += 1
+                self._running += 1
+            failure = None
+            try:
+                self._apply(self._current, self._destination, position, int(self._samples[position]), context)
+            except BaseException as error:  # noqa: BLE001 - reported by finish() in the batch's thread
+                failure = error
