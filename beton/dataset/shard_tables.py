@@ -32,9 +32,9 @@ from beton.storage import format as fmt
 from beton.storage.local_file import open_regular
 from beton.storage.page_source import file_identity
 from beton.storage.remote import is_url
-from beton.storage.reader import (TABLE_NAMES, FieldDescriptor, Reader, check_allocations, check_gaps_are_zero,
-                                  check_layout, check_sample_count, check_table_digests, read_digest_table,
-                                  parse_field_table, read_header, typed_table)
+from beton.storage.reader import (RESERVED_SLICE, TABLE_NAMES, FieldDescriptor, Reader, check_allocations,
+                                  check_gaps_are_zero, check_layout, check_sample_count, check_table_digests,
+                                  read_digest_table, parse_field_table, read_header, typed_table)
 
 __all__ = ["ShardTables", "UnionTables", "FirstShard", "check_payload_columns", "read_local_tables",
            "read_small_tables", "tables_of_reader", "records", "headers_pass", "file_ends", "SMALL_SHARD_BYTES"]
@@ -293,7 +293,7 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
                  sizes: np.ndarray, first: FirstShard) -> np.ndarray:
     """Which of the shards ``numbers`` have a header (``raw_headers``, and parsed, ``headers``) that passes every
     check of :func:`_tables` of a header alone, for files of ``sizes`` bytes: the manifest's SHA-256 and sample
-    count, magic, CRC32, version, the first shard's field counts, page geometry, regions in order and of the sizes
+    count, magic, CRC32, version, reserved fields, the first shard's field counts, page geometry, regions in order and of the sizes
     the counts make, the last ending where the file ends."""
     shards = manifest.shards
     ok = headers["magic"] == fmt.MAGIC
@@ -301,6 +301,9 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
     ok &= np.array([hashlib.sha256(raw).hexdigest() == shards.digests[number]
                     for raw, number in zip(raw_headers, numbers)])
     ok &= (headers["version"] == fmt.FORMAT_VERSION) & (headers["header_size"] == fmt.HEADER_SIZE)
+    ok &= np.array([not any(raw[RESERVED_SLICE]) for raw in raw_headers])
+    for name in TABLE_NAMES:
+        ok &= headers[name]["reserved"] == 0
     ok &= headers["num_samples"] == shards.counts[list(numbers)].astype(np.uint64)
     ok &= (headers["num_fields"] == first.num_fields) & (headers["num_payload_fields"] == first.num_payload_fields)
     page_size, heap_size = headers["page_size"], headers["heap_size"]

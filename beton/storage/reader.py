@@ -471,8 +471,20 @@ def read_header(file_map: np.ndarray) -> np.void:
                           + (" (versions 1 and 2 were never released)" if version in (1, 2) else ""))
     if int(header["header_size"]) != fmt.HEADER_SIZE:
         raise FormatError(f"header size is {int(header['header_size'])}, expected {fmt.HEADER_SIZE}")
+    # a file with anything there was made by something else, which this reader cannot know how to read
+    if any(raw[RESERVED_SLICE]):
+        raise FormatError("the header's reserved bytes are not zero")
+    for name in TABLE_NAMES:
+        if int(header[name]["reserved"]) != 0:
+            raise FormatError(f"the header's reference to the {name.replace('_', ' ')} has a reserved field that "
+                              "is not zero")
     return header
 
+
+#: The header's reserved bytes: zero in every file this version writes (a later version that uses them changes the
+#: version number), and required to be.
+RESERVED_SLICE = slice(fmt.HEADER_DTYPE.fields["reserved"][1],
+                       fmt.HEADER_DTYPE.fields["reserved"][1] + fmt.HEADER_DTYPE["reserved"].itemsize)
 
 #: Where the header holds its content digest.
 CONTENT_DIGEST_SLICE = slice(fmt.HEADER_DTYPE.fields["content_digest"][1],
@@ -623,6 +635,8 @@ def _parse_field_record(record: np.void, strings: _StringArea, index: int) -> Fi
         raise FormatError(f"field {name!r}: stored arguments or metadata dtype are invalid: {error}") from None
     if not isinstance(arguments, dict):
         raise FormatError(f"field {name!r}: stored arguments are not a JSON object")
+    if int(record["reserved"]) != 0:
+        raise FormatError(f"field {name!r}: the field record's reserved field is not zero")
     return FieldDescriptor(name, strings.text(record, "type_name", index), arguments, metadata_dtype,
                            int(record["payload_column"]))
 

@@ -200,6 +200,29 @@ def test_files_of_the_unreleased_versions_1_and_2_are_refused_by_name(tmp_path, 
         beton.Reader(resigned(written(tmp_path, {"name": "x"}), tmp_path / "old.beton", change_header=as_version))
 
 
+@pytest.mark.parametrize("where", ["header", "table reference", "field record"])
+def test_reserved_fields_that_are_not_zero_are_refused(tmp_path, where):
+    """Every file this version writes has zeros there; anything else was made by something else, checksums and
+    digests recomputed as an editor would."""
+    content = bytearray(written(tmp_path, {"name": "x"}).read_bytes())
+    header = np.frombuffer(bytes(content[: fmt.HEADER_SIZE]), fmt.HEADER_DTYPE).copy()[0]
+    if where == "header":
+        header["reserved"] = b"\0" * 11 + b"\1"
+    elif where == "table reference":
+        header["allocation_table"]["reserved"] = 1
+    else:
+        record = int(header["field_table"]["offset"]) + fmt.FIELD_RECORD_DTYPE.fields["reserved"][1]
+        content[record] = 1
+        table = content[int(header["field_table"]["offset"]) :][: int(header["field_table"]["size"])]
+        header["field_table"]["crc32"] = zlib.crc32(table)
+        del content[int(header["digest_table"]["offset"]) :]
+        resign_digests(content, header)
+    content[: fmt.HEADER_SIZE] = header_bytes(header)
+    (tmp_path / "edited.beton").write_bytes(bytes(content))
+    with pytest.raises(FormatError, match="reserved"):
+        beton.Reader(tmp_path / "edited.beton")
+
+
 def test_info_prints_the_metadata_escaped_and_shortened(tmp_path):
     metadata = {"name": "\x1b[2J\u202edigits", "classes": {"label": [f"class {i}" for i in range(200)]}}
     with beton.Reader(written(tmp_path, metadata)) as reader:
