@@ -6,8 +6,8 @@ decoders are :class:`~beton.pipeline.operation.SampleOperation` s run by the wor
 Speed comes from not doing work: when the crop, shrunk by 1/2, 1/4 or 1/8, is still 1.25x the output size,
 the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is skipped), and the remaining
 resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
-Decoding writes into a per-slot scratch buffer that grows only to the largest *scaled* image seen, so memory
-is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only in the restart
+Decoding writes into a per-slot scratch buffer (a helping worker's own at the epoch's end) that grows only to
+the largest *scaled* image seen, so memory is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only in the restart
 segments a crop touches, or, without restart markers, down to the crop's bottom edge
 (:mod:`beton.decoders.jpeg_regions`): the same pixels, fewer decoded.
 

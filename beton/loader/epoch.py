@@ -268,8 +268,12 @@ class _EpochState:
             batch = self.next_batch
             self.next_batch += 1
             self.computing += 1
-        if self.gate.wait(batch):
-            return batch
+        try:
+            if self.gate.wait(batch):
+                return batch
+        except BaseException:
+            self.finished()
+            raise
         self.finished()
         return None
 
@@ -320,7 +324,8 @@ def _work(state: _EpochState, compute: Callable[..., tuple]) -> None:
         # no batch left to take: help the others finish theirs, sample by sample, with scratch of this thread's
         scratch = None
         while (loop := state.loop_to_help()) is not None:
-            scratch = scratch or Scratch()
+            if scratch is None:
+                scratch = Scratch()
             loop.help(scratch)
     finally:
         with state.condition:
@@ -359,8 +364,9 @@ class EpochIterator:
         self._compute = compute
         self._threads = [
             threading.Thread(target=_work, args=(self._state, compute), name=f"beton-worker-{i}", daemon=True)
-            for i in range(min(engine.num_workers, max(1, len(epoch.batches) - first)))
-        ]  # none for num_workers=0: __next__ computes each batch in the calling thread
+            for i in range(engine.num_workers)
+        ]  # none for num_workers=0: __next__ computes each batch in the calling thread. All of them also where
+        # fewer batches are left: those without one help with the others' (_work)
         self._state.working = len(self._threads)
         for thread in self._threads:
             thread.start()

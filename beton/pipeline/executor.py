@@ -56,9 +56,9 @@ def _apply_per_sample(plan: Plan, step: Step, batch: BatchContext, current: Any,
     try:
         loop.run()
     finally:
+        failure = loop.finish()  # also when run() was interrupted: no helper may outlive the batch's buffers
         if share is not None:
             share(None)
-        failure = loop.finish()  # also when run() was interrupted: no helper may outlive the batch's buffers
     if failure is not None:
         i, error = failure
         if isinstance(error, Exception):

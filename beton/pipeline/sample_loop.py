@@ -35,44 +35,55 @@ class SampleLoop:
         self._context = context
         self._condition = threading.Condition()
         self._next = 0  # the next position to hand out
-        self._running = 0  # positions handed out and not finished
+        self._closed = False  # no position is handed out once the batch's own thread has left run()
+        self._helping = 0  # positions helpers took and have not finished
         self._failures: list[tuple[int, BaseException]] = []
 
     @property
     def open(self) -> bool:
         """Whether positions are left to hand out (read without the lock: a hint for helpers)."""
-        return self._next < len(self._samples) and not self._failures
+        return not self._closed and self._next < len(self._samples) and not self._failures
 
     def run(self) -> None:
-        """Compute positions in the calling thread, the batch's own, until none is left to hand out."""
-        self._work(self._context)
+        """Compute positions in the calling thread, the batch's own, until none is left to hand out; then hand out
+        no more, also where something interrupted it (a KeyboardInterrupt in the loop's thread, ``num_workers=0``)
+        between two positions."""
+        try:
+            self._work(self._context, helper=False)
+        finally:
+            with self._condition:
+                self._closed = True
 
     def help(self, scratch: Scratch) -> None:
         """Compute positions in an idle worker thread, with its own ``scratch``, until none is left."""
-        self._work(dataclasses.replace(self._context, scratch=scratch))
+        self._work(dataclasses.replace(self._context, scratch=scratch), helper=True)
 
     def finish(self) -> tuple[int, BaseException] | None:
-        """Once :meth:`run` returned: wait for the positions helpers are computing; the first failure (position,
-        exception), or None."""
+        """Once :meth:`run` has returned (or raised): wait for the positions helpers are computing; the first
+        failure (position, exception), or None."""
         with self._condition:
-            self._condition.wait_for(lambda: self._running == 0)
+            self._condition.wait_for(lambda: self._helping == 0)
             return min(self._failures, key=lambda failure: failure[0], default=None)
 
-    def _work(self, context: BatchContext) -> None:
+    def _work(self, context: BatchContext, helper: bool) -> None:
+        # Only helpers' positions are counted: the batch's own thread calls finish() after its own, so nothing it
+        # left behind (interrupted between two statements here) can make finish() wait for ever.
         count, position, failure = len(self._samples), -1, None
         while True:
             with self._condition:  # one hold per position: finish the last one, take the next
                 if position >= 0:
-                    self._running -= 1
+                    if helper:
+                        self._helping -= 1
                     if failure is not None:
                         self._failures.append((position, failure))
-                if self._failures or self._next >= count:
-                    if self._running == 0:
+                if self._closed or self._failures or self._next >= count:
+                    if self._helping == 0:
                         self._condition.notify_all()
                     return
                 position = self._next
                 self._next += 1
-                self._running += 1
+                if helper:
+                    self._helping += 1
             failure = None
             try:
                 self._apply(self._current, self._destination, position, int(self._samples[position]), context)
