@@ -37,6 +37,7 @@ import numpy as np
 import simplejpeg
 
 from beton.codecs.jpeg_layout import frame_layout, frame_size
+from beton.pipeline.memcopy import copy_bytes
 
 __all__ = ["rows_to_decode", "decode_rows", "splice_crop", "decode_spliced", "uint64_words", "next_marker"]
 
@@ -156,15 +157,6 @@ def next_marker(payload, words, position):
     return -1
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _copy(source, start, target, at, count):
-    """``target[at : at + count] = source[start : start + count]`` (both within bounds) as a plain loop: numba's
-    slice assignment compiles into seconds of code, and runs slower than this."""
-    to, of = target[at : at + count], source[start : start + count]
-    for index in range(min(to.size, of.size)):  # from 0: no negative index to wrap around, so LLVM vectorises
-        to[index] = of[index]
-
-
 @numba.njit(nogil=True, cache=True)
 def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments, height, width, out):
     """Write into ``out`` the JPEG of the window's segments (see the module docstring); its length, or -1 if
@@ -172,7 +164,7 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
     ``out`` is too small. Reads no further than the window's last segment."""
     if scan_start > out.size or frame + 9 > scan_start:
         return -1
-    _copy(payload, 0, out, 0, scan_start)
+    copy_bytes(out[:scan_start], payload, 0, scan_start)
     out[frame + 5], out[frame + 6] = height >> 8, height & 0xFF  # the frame header's 16-bit height, width
     out[frame + 7], out[frame + 8] = width >> 8, width & 0xFF
     last = (row1 - 1) * columns + column1 - 1
@@ -193,7 +185,7 @@ def _splice(payload, words, scan_start, frame, row0, row1, column0, column1, col
             length = position - start
             if written + length + 2 > out.size:
                 return -1
-            _copy(payload, start, out, written, length)
+            copy_bytes(out[written : written + length], payload, start, length)
             written += length
             out[written] = 0xFF
             out[written + 1] = 0xD9 if segment == last else 0xD0 + (restarts & 7)  # EOI after the last

@@ -9,6 +9,7 @@ import numba
 import numpy as np
 
 from beton.decoders.image_crops import flips
+from beton.pipeline.memcopy import copy_array
 from beton.pipeline.operation import JitOperation, State
 from beton.transforms._image import require_images
 
@@ -19,12 +20,6 @@ __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
 # spare row, with unsigned indices: numba checks signed indices for wrap-around (a negative index counts from
 # the end), which kept LLVM from vectorising the reversed loop (docs/images.md, "Transforms", has the timings).
 _ONE, _TWO, _THREE = np.uint64(1), np.uint64(2), np.uint64(3)
-
-
-@numba.njit(nogil=True, cache=True)
-def _copy_row(source, target):
-    for j in range(np.uint64(source.size)):
-        target[j] = source[j]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -57,7 +52,7 @@ def _horizontal_flip_kernel(src, dst, i, sample, key, args):
     rows = dst[i].reshape(height, width * channels)
     spare = np.empty(width * channels, rows.dtype)
     for y in range(height):
-        _copy_row(rows[y], spare)
+        copy_array(rows[y], spare)
         _mirror_row(spare, rows[y], width, channels)
 
 
@@ -71,9 +66,9 @@ def _vertical_flip_kernel(src, dst, i, sample, key, args):
     spare = np.empty(width * channels, rows.dtype)
     for y in range(height // 2):
         mirror = height - 1 - y
-        _copy_row(rows[y], spare)
-        _copy_row(rows[mirror], rows[y])
-        _copy_row(spare, rows[mirror])
+        copy_array(rows[y], spare)
+        copy_array(rows[mirror], rows[y])
+        copy_array(spare, rows[mirror])
 
 
 @dataclasses.dataclass(frozen=True)
