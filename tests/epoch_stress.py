@@ -220,6 +220,27 @@ class _Samples:
         return index, payload_of(np.array([index]))[0]
 
 
+def helper_returns_when_its_epoch_closes_inside_its_own_wait() -> bool:
+    """The race the harness found (seed 13, a cycle action): a worker with no batch left waits in
+    ``_EpochState.loop_to_help`` for a stage to help with; the collector runs the epoch's finaliser in that very
+    thread, at an allocation while it holds the epoch's (reentrant) lock, and ``close()`` notifies every thread but
+    the one about to wait. Here ``close()`` runs exactly there, from the read of the offered stages. True if the
+    worker returns within a second rather than waiting for a notification that never comes."""
+    state = _EpochState(0, 1, SlotGate(3, 0))
+    state.computing = 1  # a batch still computed by another worker: nothing to return yet
+
+    class ClosingWhenRead(dict):
+        def values(self) -> Any:
+            state.close()  # what the finaliser does
+            return super().values()
+
+    state.loops = ClosingWhenRead()
+    thread = threading.Thread(target=state.loop_to_help, daemon=True)
+    thread.start()
+    thread.join(1.0)
+    return not thread.is_alive()
+
+
 class Failure(Exception):
     """A check that did not hold: ``kind`` is what :class:`Summary` counts it under."""
 

@@ -301,7 +301,9 @@ class _EpochState:
                     return found
                 if self.computing == 0:
                     return None
-                self.condition.wait()
+                # timed: the collector may run this epoch's finaliser in this very thread, at any allocation above,
+                # and its close() (the lock is reentrant) then notifies everyone but the thread about to wait
+                self.condition.wait(_WAIT_SECONDS)
             return None
 
     def publish(self, batch: int, ok: bool, value: Any) -> None:

@@ -2,15 +2,14 @@
 
 A batch is one worker's unit of work, so an epoch ends when its slowest worker finishes its last batch: the other
 workers, with no batch left to take, would wait for up to a batch's time each. A :class:`SampleLoop` hands out
-the stage's batch positions one at a time, under a lock, to the batch's own thread (:meth:`SampleLoop.run`) and
-to any idle worker that joins it (:meth:`SampleLoop.help`, with scratch buffers of its own); the batch's thread
-then waits for every position handed out (:meth:`SampleLoop.finish`) before its next stage. Each position is
-written once, by whichever thread took it, from the same inputs and keys: the batch is the same whoever
-computed which sample.
+the stage's batch positions in runs, under a lock, to the batch's own thread (:meth:`SampleLoop.run`) and to any
+idle worker that joins it (:meth:`SampleLoop.help`, with scratch buffers of its own); the batch's thread then
+waits for every run handed out (:meth:`SampleLoop.finish`) before its next stage. Each position is written once,
+by whichever thread took it, from the same inputs and keys: the batch is the same whoever computed which sample.
 
-A failure stops the handing out. Positions are handed out in order, so every position before a failing one was
-taken before it, and has finished when :meth:`SampleLoop.finish` returns: the lowest failing position it reports
-is the one a loop over the batch in one thread would have stopped at.
+A failure ends its run and the handing out. Runs are handed out in order, so every position before a failing one
+was taken before it, and has finished when :meth:`SampleLoop.finish` returns: the lowest failing position it
+reports is the one a loop over the batch in one thread would have stopped at.
 """
 
 from __future__ import annotations
@@ -25,6 +24,11 @@ from beton.pipeline.operation import BatchContext, Scratch
 
 __all__ = ["SampleLoop"]
 
+# Positions are handed out in runs of 1/_SHARE of those left (at least one): few hand-outs where an operation is
+# cheap (a lock per position would cost a cheap copy of a small array a fifth of its time), single positions
+# towards the end, where helpers join.
+_SHARE = 8
+
 
 class SampleLoop:
     """``apply(current, destination, i, sample, context)`` for every position ``i`` of ``samples``."""
@@ -33,10 +37,12 @@ class SampleLoop:
                  context: BatchContext) -> None:
         self._apply, self._samples, self._current, self._destination = apply, samples, current, destination
         self._context = context
-        self._condition = threading.Condition()
+        # a plain lock for handing out positions, and a condition on it for finish()
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         self._next = 0  # the next position to hand out
         self._closed = False  # no position is handed out once the batch's own thread has left run()
-        self._helping = 0  # positions helpers took and have not finished
+        self._helping = 0  # runs of positions helpers took and have not finished
         self._failures: list[tuple[int, BaseException]] = []
 
     @property
@@ -66,26 +72,28 @@ class SampleLoop:
             return min(self._failures, key=lambda failure: failure[0], default=None)
 
     def _work(self, context: BatchContext, helper: bool) -> None:
-        # Only helpers' positions are counted: the batch's own thread calls finish() after its own, so nothing it
-        # left behind (interrupted between two statements here) can make finish() wait for ever.
-        count, position, failure = len(self._samples), -1, None
+        # Only helpers' runs are counted: the batch's own thread calls finish() after its own, so nothing it left
+        # behind (interrupted between two statements here) can make finish() wait for ever.
+        count, taken, failure = len(self._samples), False, None
         while True:
-            with self._condition:  # one hold per position: finish the last one, take the next
-                if position >= 0:
-                    if helper:
-                        self._helping -= 1
-                    if failure is not None:
-                        self._failures.append((position, failure))
+            with self._lock:  # one hold per run of positions: give the last back, take the next
+                if taken and helper:
+                    self._helping -= 1
+                if failure is not None:
+                    self._failures.append(failure)
                 if self._closed or self._failures or self._next >= count:
                     if self._helping == 0:
                         self._condition.notify_all()
                     return
-                position = self._next
-                self._next += 1
+                start = self._next
+                end = self._next = start + max(1, (count - start) // _SHARE)
+                taken = True
                 if helper:
                     self._helping += 1
             failure = None
-            try:
-                self._apply(self._current, self._destination, position, int(self._samples[position]), context)
-            except BaseException as error:  # noqa: BLE001 - reported by finish() in the batch's thread
-                failure = error
+            for position in range(start, end):
+                try:
+                    self._apply(self._current, self._destination, position, int(self._samples[position]), context)
+                except BaseException as error:  # noqa: BLE001 - reported by finish() in the batch's thread
+                    failure = (position, error)
+                    break

@@ -39,6 +39,10 @@ def test_short_epochs_under_random_delays_yield_exactly_their_batches(stress_fil
     assert not [thread for thread in beton_threads() if thread.name.startswith("beton-worker")]
 
 
+def test_a_helper_returns_when_its_epoch_is_closed_by_a_finaliser_in_its_own_thread():
+    assert epoch_stress.helper_returns_when_its_epoch_closes_inside_its_own_wait()
+
+
 # Run in a process of its own: on a deadlock the lock threads take as they start and exit stays held, and every
 # later thread of the process would hang with it.
 FINALISERS = """
