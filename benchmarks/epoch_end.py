@@ -3,11 +3,12 @@ with helping switched off, side by side.
 
     python benchmarks/epoch_end.py [--repeats R]
 
-RandomResizedCrop-160 + flip on ~256 px photo JPEGs, the suite's 2 workers, batches of 64, epochs of 5 batches (320 images: the last
-batch alone while the other workers wait, without helping), 16 batches (1,000: the suite's) and 64 (4,096). One
-process, the two arms alternating epoch by epoch; "helping / not" is the median of the per-round ratios (1.00: no
-gain), with the quartiles. The arm without helping replaces the worker's wait for a stage to help with by
-"nothing to help with" (``_EpochState.loop_to_help``): this benchmark's switch, not an option of the Loader.
+RandomResizedCrop-160 + flip on ~256 px photo JPEGs, the suite's 2 workers, batches of 64, epochs of 5 batches
+(320 images: the last batch alone while the other workers wait, without helping), 16 batches (1,000: the
+suite's) and 64 (4,096). One process, the two arms alternating epoch by epoch; "helping / not" is the median of
+the per-round ratios (1.00: no gain), with the quartiles. The arm without helping replaces the worker's wait for
+a stage to help with by "nothing to help with" (``_EpochState.loop_to_help``): this benchmark's switch, not an
+option of the Loader.
 Writes benchmarks/results/epoch_end.json.
 """
 

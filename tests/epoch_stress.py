@@ -10,8 +10,8 @@ named in :data:`HAND_OFFS` (a worker taking a batch and publishing its result, a
 another's per-sample stage, the slot gate, the consumer's ``next()``, ``close()``, ``interrupt()``, the process
 cache's schedule, page reader and sources) with a sleep before and after the call, and replaces the condition
 each of the epoch state, a per-sample stage, the slot gate and the page schedule is built with by one that also
-sleeps around taking its lock, inside it and after each wait (so
-delays land *inside* the critical sections too, between reading one thing and the next). Each sleep happens
+sleeps around taking its lock, inside it and after each wait (so delays land *inside* the critical sections too,
+between reading one thing and the next). Each sleep happens
 with probability ``probability`` and lasts 0 to ``max_delay`` seconds, drawn from one generator seeded with
 ``seed`` (the choices, not the threads' interleavings, are reproducible). It also shortens the consumer's timed
 wait (``epoch._WAIT_SECONDS``), so that its liveness check runs between almost every hand-off.
@@ -23,8 +23,8 @@ draws what the training loop does (:data:`ACTIONS`): run to the end, ``break``, 
 with or without a slow loop body, keeping every batch or not. Loaders are rebuilt now and then with drawn
 options: 0-3 workers, the OS cache or the process cache (its default budget or the smallest), batch sizes,
 ``drop_last``, ``batches_ahead``, a subset of the samples (down to single-batch and empty epochs), and half
-the time the payload through a per-sample Python stage (:class:`PythonCopy`) that idle workers help with. Every batch
-received is compared, at once and again after the slow step, with ``loader.epoch_batches(epoch)``; kept
+the time the payload through a per-sample Python stage (:class:`PythonCopy`) that idle workers help with. Every
+batch received is compared, at once and again after the slow step, with ``loader.epoch_batches(epoch)``; kept
 batches again at the epoch's end. After each epoch no ``beton-worker-*`` thread may be alive, and a page reader
 only while its loader is open and for at most :data:`READER_GRACE` seconds after its epoch ended.
 
@@ -274,7 +274,6 @@ class LoaderConfig:
     samples: int
     shuffle: bool
     python_stage: bool  # the payload through PythonCopy, a stage idle workers help with
-
 
     @classmethod
     def draw(cls, rng: random.Random) -> LoaderConfig:

@@ -293,8 +293,8 @@ def headers_pass(manifest: Manifest, numbers: Sequence[int], raw_headers: list[b
                  sizes: np.ndarray, first: FirstShard) -> np.ndarray:
     """Which of the shards ``numbers`` have a header (``raw_headers``, and parsed, ``headers``) that passes every
     check of :func:`_tables` of a header alone, for files of ``sizes`` bytes: the manifest's SHA-256 and sample
-    count, magic, CRC32, version, reserved fields, the first shard's field counts, page geometry, regions in order and of the sizes
-    the counts make, the last ending where the file ends."""
+    count, magic, CRC32, version, reserved fields, the first shard's field counts, page geometry, regions in order
+    and of the sizes the counts make, the last ending where the file ends."""
     shards = manifest.shards
     ok = headers["magic"] == fmt.MAGIC
     ok &= np.array([zlib.crc32(raw[: fmt.HEADER_SIZE - 4]) for raw in raw_headers]) == headers["header_crc32"]

@@ -7,9 +7,9 @@ Speed comes from not doing work: when the crop, shrunk by 1/2, 1/4 or 1/8, is st
 the JPEG is decoded at that scale in the DCT domain (most of the inverse DCT is skipped), and the remaining
 resize is mostly below 2x, where bilinear interpolation is about as good as area averaging for much less work.
 Decoding writes into a per-slot scratch buffer (a helping worker's own at the epoch's end) that grows only to
-the largest *scaled* image seen, so memory is bounded by the batch, not by the largest image in the file. Sequential JPEGs are decoded only in the restart
-segments a crop touches, or, without restart markers, down to the crop's bottom edge
-(:mod:`beton.decoders.jpeg_regions`): the same pixels, fewer decoded.
+the largest *scaled* image seen, so memory is bounded by the batch, not by the largest image in the file.
+Sequential JPEGs are decoded only in the restart segments a crop touches, or, without restart markers, down to
+the crop's bottom edge (:mod:`beton.decoders.jpeg_regions`): the same pixels, fewer decoded.
 
 ``fast_upsample`` (on by default for RandomResizedCrop, off for CenterCrop) upsamples 4:2:0 chroma with
 libjpeg-turbo's box filter instead of its triangle filter: cheaper, slightly less accurate, which augmented

@@ -323,7 +323,7 @@ def _work(state: _EpochState, compute: Callable[..., tuple]) -> None:
                 _compute_and_publish(state, batch, compute, functools.partial(state.share, batch))
             finally:
                 state.finished()
-        # no batch left to take: help the others finish theirs, sample by sample, with scratch of this thread's
+        # no batch left to take: help the others finish theirs, a few samples at a time, with this thread's scratch
         scratch = None
         while (loop := state.loop_to_help()) is not None:
             if scratch is None:

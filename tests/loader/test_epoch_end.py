@@ -54,23 +54,23 @@ class Copy(SampleOperation):
         dst[i] = src[i]
 
 
-@pytest.mark.parametrize("batches", [1, 2])
-def test_an_idle_worker_helps_with_the_last_batch_and_the_batch_is_unchanged(image_file, batches):
+@pytest.mark.parametrize("count", [1, 2])
+def test_an_idle_worker_helps_with_the_last_batch_and_the_batch_is_unchanged(image_file, count):
     """Two workers: the one without a batch (of one), or that finishes first (of two), helps the other, held at
     its first sample."""
     _RUNS["help"] = {}
     pipelines = {"image": [NDArrayDecoder(), Copy("help", hold=40, batch_end=56), ToTensor()]}
-    with Loader(image_file, batch_size=16, num_workers=2, indices=np.arange(40, 40 + 16 * batches),
+    with Loader(image_file, batch_size=16, num_workers=2, indices=np.arange(40, 40 + 16 * count),
                 order=OrderOption.SEQUENTIAL, pipelines=pipelines) as loader:
         start = time.monotonic()
         batches = list(loader)
         assert time.monotonic() - start < WAIT  # the held sample was released by a helper, not the timeout
-    assert [labels.tolist() for _, labels in batches] == [list(range(40, 56)), list(range(56, 72))][: len(batches)]
+    assert [labels.tolist() for _, labels in batches] == [list(range(40, 56)), list(range(56, 72))][:count]
     for images, labels in batches:
         for image, label in zip(images.numpy(), labels.tolist()):
             np.testing.assert_array_equal(image, small_image(label))
     threads = _RUNS["help"]
-    assert sorted(threads) == list(range(40, 40 + 16 * len(batches)))
+    assert sorted(threads) == list(range(40, 40 + 16 * count))
     assert len({threads[s] for s in range(40, 56)}) == 2
 
 
