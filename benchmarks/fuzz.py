@@ -281,6 +281,14 @@ def set_member(array: np.ndarray, index: int, path: tuple[str, ...], rng: np.ran
         target.reshape(-1).view(target.dtype.subdtype[0])
     position = int(rng.integers(flat.size))
     base = flat.dtype
+    if base.kind in "SV":  # bytes (a digest, reserved bytes): one byte set, or all of them noise
+        raw = bytearray(flat[position : position + 1].view(np.uint8).tobytes())
+        if rng.integers(2):
+            raw[int(rng.integers(len(raw)))] = int(rng.integers(1, 256))
+        else:
+            raw[:] = rng.integers(0, 256, len(raw), dtype=np.uint8).tobytes()
+        flat[position : position + 1].view(np.uint8)[:] = np.frombuffer(bytes(raw), np.uint8)
+        return
     raw = interesting(rng, base, flat[position].item() if base.kind != "b" else 0)
     with np.errstate(over="ignore"):  # 1e300 in a float32 is infinity, as intended
         flat[position] = raw if base.kind == "f" else \
@@ -785,6 +793,9 @@ def fuzz(cases: range, jobs: int = 2, timeout: float = 60.0, kill_rss: int = 2 <
             thread.start()
         for thread in threads:
             thread.join()
+    ran = sum(summary.counts.values())
+    if ran != len(cases):  # a case the harness itself could not make (its thread printed why): not a clean run
+        raise SystemExit(f"the fuzz ran {ran} of {len(cases)} cases: the harness failed (see above)")
     return summary
 
 
