@@ -303,10 +303,15 @@ class RGBImageField(Field):
         return (IMAGE_MODES["raw"], IMAGE_MODES["jpg"], IMAGE_MODES["lossless"])
 
     def check_records(self, records: np.ndarray, sizes: np.ndarray | None, limits: ReadLimits) -> None:
-        """Modes, channels and sizes against the field; pixels against the cap; raw and lossless payload sizes
+        """Reserved bytes zero; modes, channels and sizes against the field; pixels against the cap; raw and lossless payload sizes
         against the pixels; progressive scan tables against their payloads. Decoders size their buffers from
         these records (the Loader's from the field's channels), so each must hold before anything is decoded."""
         modes, channels = records["mode"], records["channels"]
+        # zero in every record this version writes: anything else was written by something else
+        first_bad_record(records["reserved"] != 0, lambda s: "image record's reserved bytes are not zero")
+        if "reserved2" in records.dtype.names:
+            first_bad_record((records["reserved2"] != 0).any(axis=1),
+                             lambda s: "image record's reserved bytes are not zero")
         allowed = self.stored_modes()
         first_bad_record(~np.isin(modes, allowed), lambda s: (
             f"image mode {modes[s]} is not one this field stores ({', '.join(MODE_NAMES[m] for m in allowed)})"))

@@ -199,6 +199,8 @@ def set_record(column: str, value, sample: int = 2, field: str = "image"):
     ("progressive", "num_scans", 0, ["scans"]),
     ("progressive", "scan_ends", np.arange(16, dtype=np.uint32)[::-1] * 9, ["scan"]),
     ("progressive", "scan_ends", np.full(16, 1 << 30, np.uint32), ["scan"]),  # past the payload
+    ("jpg", "reserved", 1, ["reserved bytes are not zero"]),  # zero in every record this version writes
+    ("progressive", "reserved2", np.array([0, 0, 7], np.uint8), ["reserved bytes are not zero"]),
 ])
 def test_image_record_values_are_checked_on_open(files, tmp_path, kind, column, value, words):
     path = forge(files, tmp_path, kind, set_record(column, value))
