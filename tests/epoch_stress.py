@@ -9,10 +9,10 @@ long run: ``python benchmarks/stress.py --epochs 20000``). It lives beside the s
 named in :data:`HAND_OFFS` (a worker taking a batch and publishing its result, an idle worker helping with
 another's per-sample stage, the slot gate, the consumer's ``next()``, ``close()``, ``interrupt()``, the process
 cache's schedule, page reader and sources) with a sleep before and after the call, and replaces the condition
-each of the epoch state, a per-sample stage, the slot gate and the page schedule is built with by one that also
-sleeps around taking its lock, inside it and after each wait (so delays land *inside* the critical sections too,
-between reading one thing and the next). Each sleep happens
-with probability ``probability`` and lasts 0 to ``max_delay`` seconds, drawn from one generator seeded with
+each of the epoch state, a per-sample stage (its lock too), the slot gate and the page schedule is built with by
+one that also sleeps around taking its lock, inside it and after each wait (so delays land *inside* the critical
+sections too, between reading one thing and the next). Each sleep happens with probability ``probability`` and
+lasts 0 to ``max_delay`` seconds, drawn from one generator seeded with
 ``seed`` (the choices, not the threads' interleavings, are reproducible). It also shortens the consumer's timed
 wait (``epoch._WAIT_SECONDS``), so that its liveness check runs between almost every hand-off.
 
@@ -82,9 +82,10 @@ HAND_OFFS = (
     (ProcessCacheLayer, "start_epoch"), (ProcessCacheLayer, "source"), (ProcessCacheLayer, "batch_done"),
     (ProcessCacheLayer, "close"),
 )
-#: (class, attribute): the conditions replaced by shaken ones, as each object is built
+#: (class, attribute): the conditions (and the per-sample stage's plain lock) replaced by shaken ones, as each
+#: object is built
 CONDITIONS = ((_EpochState, "condition"), (SlotGate, "_condition"), (PageSchedule, "_condition"),
-              (SampleLoop, "_condition"))
+              (SampleLoop, "_condition"), (SampleLoop, "_lock"))
 
 ACTIONS = ("full", "break", "raise", "supersede", "close", "del", "cycle")
 CYCLE_WAIT = 0.05  # seconds an abandoned cycle is left to the collector's own runs, in any thread
