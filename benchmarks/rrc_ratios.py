@@ -33,6 +33,7 @@ def main() -> None:
                                              c.ImageTask("rrc", 160, 64), arguments.repeats)
         result["scenarios"][f"RRC-160 + flip, ~{side} px"] = scenario
         print(f"~{side} px: beton is x faster: {scenario['beton_over']}", flush=True)
+        print(f"~{side} px: the crop-only + resize limit's share of the others: {scenario['work_share']}", flush=True)
     save_json(arguments.output, result)
 
 

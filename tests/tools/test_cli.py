@@ -200,12 +200,19 @@ def test_bench_quick_runs_with_only_beton_installed(tmp_path):
         ratios = sorted(b / l for b, l in zip(beton_rounds, limit_rounds))
         assert abs(first["beton_over"][name] - (ratios[0] + ratios[1]) / 2) < 0.02  # paired, not of medians
         assert first["beton_share"][rows] == first["beton_over"][name]
+        if rows != "crop+resize":
+            work = sorted(w / l for w, l in zip(first["rounds"][limits["crop+resize"]], limit_rounds))
+            assert abs(first["work_share"][rows] - (work[0] + work[1]) / 2) < 0.02
+    assert set(first["work_share"]) == {"whole", "crop rows", "crop"}
     markdown = (tmp_path / "results.md").read_text()
     assert markdown.count("| beton |") == 4
     assert (f"- a. RRC-160, ~256 px JPEGs: {first['beton_share']['whole']:.2f} of the whole-image limit, "
             f"{first['beton_share']['crop rows']:.2f} of the crop-rows limit (no restart markers), "
             f"{first['beton_share']['crop']:.2f} of the crop-only limit, "
             f"{first['beton_share']['crop+resize']:.2f} of the crop-only + resize limit") in markdown
+    assert (f"- a. RRC-160, ~256 px JPEGs: {first['work_share']['whole']:.2f} of the whole-image limit, "
+            f"{first['work_share']['crop rows']:.2f} of the crop-rows limit, "
+            f"{first['work_share']['crop']:.2f} of the crop-only limit") in markdown
 
 
 def test_version_and_python_m_beton():

@@ -18,7 +18,9 @@ JPEGs needs; the MCU rows down to each crop's bottom of the JPEGs as given
 (without the restart markers beton's field adds: how far decoding alone went before them); only the part of the
 JPEG each crop needs, as the field stores it, the ceiling of beton's own approach to decoding; and that part
 decoded and resized to the output, the least work of the task, whose share is what beton's loading costs beyond
-it. ``beton_share`` is beton's paired ratio to each.
+it. ``beton_share`` is beton's paired ratio to each; ``work_share`` is the last limit's paired ratio to the
+others: the most of each limit that any loader doing this work (beton's decode, OpenCV's resize) can reach, beton's
+share of it included.
 Contenders that are not installed (FFCV, DALI, WebDataset, Pillow, Mosaic Streaming, LitData) are skipped with
 the reason printed. Contenders that read files of their own (beton, FFCV, Mosaic Streaming, LitData) write them
 from the same JPEGs first; ``conversion_seconds`` keeps how long that took, timed apart from the epochs.
@@ -103,6 +105,9 @@ def image_scenario(jpegs: list[bytes], directory: str, name: str, task: c.ImageT
     }, repeats)
     result["mean_jpeg_bytes"] = round(float(np.mean([len(j) for j in jpegs])))
     result["beton_share"] = {key: result["beton_over"][limit] for key, (limit, *_) in _LIMITS.items()}
+    work = result["rounds"][_LIMITS["crop+resize"][0]]
+    result["work_share"] = {key: round(paired_ratio(work, result["rounds"][limit]), 2)
+                            for key, (limit, *_) in _LIMITS.items() if key != "crop+resize"}
     return result
 
 
@@ -259,6 +264,12 @@ def markdown_table(result: dict) -> str:
               for title, values in result["scenarios"].items() if (share := values.get("beton_share"))]
     if shares:
         lines += ["", "beton's share of the decode limits (paired ratios):", *shares]
+    works = [f"- {title}: {share['whole']:.2f} of the whole-image limit, {share['crop rows']:.2f} of the crop-rows "
+             f"limit, {share['crop']:.2f} of the crop-only limit"
+             for title, values in result["scenarios"].items() if (share := values.get("work_share"))]
+    if works:
+        lines += ["", "The crop-only + resize limit's share of the others (the most any loader doing the work can "
+                  "reach):", *works]
     conversions = [f"- {title}: " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in values.items())
                    for title, scenario in result["scenarios"].items() if (values := scenario.get("conversion_seconds"))]
     if conversions:
