@@ -14,7 +14,7 @@ and a DHT segment redefining a DC table that lacks a category a restart needs (o
 Bytes after EOI are dropped.
 
 :func:`choose_interval` picks an interval that divides an MCU row, so that every row holds whole segments
-(about 64 pixels wide: four 16-pixel MCUs). :func:`encode_jpeg` encodes pixels with those markers written by the
+(about 64 pixels wide: four 16-pixel MCUs; one MCU where no interval in 2..8 divides the row). :func:`encode_jpeg` encodes pixels with those markers written by the
 encoder itself, and :func:`strict_check` is the check a given JPEG passes before it is transcoded.
 
 Every input is untrusted: lengths, table sizes and indices are checked before use (numba does no bounds
@@ -47,16 +47,19 @@ _FULL_DC_SYMBOLS = bytes(range(12))
 
 def choose_interval(mcus_per_row: int) -> int:
     """The restart interval for rows of ``mcus_per_row`` MCUs: its divisor in 2..8 closest to 4 (5 rather than
-    3, as for 15 MCUs), else ``mcus_per_row`` itself (whole rows: no column granularity).
+    3, as for 15 MCUs), else 1 (every MCU a segment; one MCU a row is a whole row either way).
 
     Four MCUs are 32 pixels (4:4:4, grey) or 64 pixels (4:2:0, 4:2:2); a divisor keeps every segment inside one
-    MCU row, so a crop's segments are a rectangle of rows × segment columns.
+    MCU row, so a crop's segments are a rectangle of rows × segment columns. Rows with no divisor in 2..8 (11, 13,
+    17, 19, 23... MCUs: a quarter of the benchmark's ~256 px photos) get segments of one MCU rather than whole
+    rows: their crops then decode only the columns they need, which outweighs the extra markers'
+    bytes and a whole decode's extra work (docs/images.md, "Only the part of the JPEG a crop needs").
     """
     if mcus_per_row < 1:
         raise ValueError(f"mcus_per_row must be at least 1, got {mcus_per_row}")
     divisors = [d for d in range(2, 9) if mcus_per_row % d == 0]
     if not divisors:
-        return mcus_per_row
+        return 1
     return min(divisors, key=lambda d: (abs(d - 4), -d))
 
 

@@ -155,10 +155,11 @@ def test_incomplete_dc_tables_are_redefined():
 
 def test_choose_interval():
     assert [choose_interval(n) for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 16, 30, 11, 13, 121)] == \
-        [1, 2, 3, 4, 5, 3, 7, 4, 3, 5, 4, 5, 4, 5, 11, 13, 121]
+        [1, 2, 3, 4, 5, 3, 7, 4, 3, 5, 4, 5, 4, 5, 1, 1, 1]
     for n in range(1, 200):
         interval = choose_interval(n)
-        assert n % interval == 0 and (2 <= interval <= 8 or interval == n)
+        assert n % interval == 0 and (2 <= interval <= 8 or interval == 1)
+        assert interval > 1 or n == 1 or all(n % d for d in range(2, 9))  # 1 only where nothing in 2..8 divides
     with pytest.raises(ValueError):
         choose_interval(0)
 
@@ -214,7 +215,7 @@ def test_damaged_jpegs_never_raise(source, cut, flips, interval):
 def test_the_field_s_transcode_picks_the_interval_and_leaves_what_it_cannot_carry():
     data = simplejpeg_jpeg(photo("coffee", 200, 300), 90, "420")  # 19 MCUs a row: no divisor in 2..8
     stored = with_restart_markers(data)
-    assert segments(stored)["dri"] == choose_interval(19) == 19
+    assert segments(stored)["dri"] == choose_interval(19) == 1  # a segment per MCU, not whole rows
     np.testing.assert_array_equal(simplejpeg.decode_jpeg(stored), simplejpeg.decode_jpeg(data))
     wide = simplejpeg_jpeg(photo("coffee", 200, 320), 90, "420")  # 20 MCUs a row: segments of 4
     assert segments(with_restart_markers(wide))["dri"] == 4
