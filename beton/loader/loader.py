@@ -48,6 +48,19 @@ __all__ = ["Loader", "ORDER_TYPE"]
 ORDER_TYPE = Union[OrderOption, Order, type]
 
 
+def _fixed(name: str, what: str) -> property:
+    """A Loader attribute set once, when it is built: assigning it raises instead of being silently ignored."""
+
+    def get(loader: Loader) -> Any:
+        return getattr(loader, f"_{name}")
+
+    def refuse(loader: Loader, value: Any) -> None:
+        raise AttributeError(f"Loader.{name} ({what}) is fixed when the Loader is built: build another Loader "
+                             f"with {name}={value!r}")
+
+    return property(get, refuse, doc=f"{what[0].upper()}{what[1:]}, fixed when the Loader is built.")
+
+
 class Loader:
     """Iterate over batches of a .beton file, or of several files as one dataset, one tuple of outputs per batch (in
     field order).
@@ -188,15 +201,15 @@ class Loader:
         # one file (a Reader) or several as one (a ShardedDataset): the rest reads both alike
         self.reader: OpenedDataset = open_dataset(path, custom_fields=custom_fields, max_image_pixels=max_image_pixels,
                                                   remote=remote, verify_content=verify_content)
-        self.batch_size = batch_size
-        self.num_workers = resolve_workers(num_workers, minimum=0)
+        self._batch_size = batch_size
+        self._num_workers = resolve_workers(num_workers, minimum=0)
         batches_ahead = _resolve_batches_ahead(batches_ahead, prefetch_factor, self.num_workers)
         self.pin_memory = _resolve_pin_memory(pin_memory)
-        self.drop_last = drop_last
+        self._drop_last = drop_last
         self.copy = copy
         self.overwrite_kept = overwrite_kept
-        self.indices = _resolve_indices(indices, self.reader.num_samples)
-        self.rank, self.world_size = _resolve_shard(distributed, rank, world_size)
+        self._indices = _resolve_indices(indices, self.reader.num_samples)
+        self._rank, self._world_size = _resolve_shard(distributed, rank, world_size)
         self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
         self.order = self._resolve_order(order, order_kwargs)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _storage_modes(self.reader),
@@ -234,6 +247,80 @@ class Loader:
             num_slots=self.num_slots, num_workers=self.num_workers,
             delivery=Delivery(self.pin_memory, self.copy, self.overwrite_kept),
             fidelity=previous.fidelity if previous is not None else None)
+
+    # ---- settings -----------------------------------------------------------------------------------------
+    # FFCV programs assign some of a Loader's attributes between epochs. Those that can change are properties
+    # whose setters keep what was derived from them in step (a stale order, resume identity or batch slots
+    # would give other samples, or write past a slot); the rest refuse assignment, rather than be ignored.
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch. Assignable between epochs, as FFCV's: the next ``iter(loader)`` plans its batches
+        and allocates the batch slots for the new size; an epoch already running keeps its own."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self._change_plan(batch_size=_positive_int("batch_size", value))
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the last partial batch (and with several ranks, the samples no rank gets as many of) is dropped;
+        assignable between epochs."""
+        return self._drop_last
+
+    @drop_last.setter
+    def drop_last(self, value: bool) -> None:
+        self._change_plan(drop_last=bool(value))
+
+    @property
+    def indices(self) -> np.ndarray:
+        """The samples loaded, in the Loader's own read-only array; assigning a new selection (validated as
+        ``indices=`` is) takes effect at the next epoch."""
+        return self._indices
+
+    @indices.setter
+    def indices(self, value: Any) -> None:
+        if self._next_batch or self._resumed:
+            raise ResumeError("indices cannot change while a resumed epoch is pending: its remaining samples are "
+                              "those of the selection it was saved with (set indices before load_state_dict)")
+        self._indices = _resolve_indices(value, self.reader.num_samples)
+        self._settings_changed()
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next ``iter(loader)`` runs (FFCV's attribute); assigning it is :meth:`set_epoch`."""
+        return self._next_epoch
+
+    @next_epoch.setter
+    def next_epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
+    num_workers = _fixed("num_workers", "worker threads")
+    rank = _fixed("rank", "this process's shard")
+    world_size = _fixed("world_size", "the number of shards")
+
+    def _change_plan(self, **change: Any) -> None:
+        """A new batch size or drop_last. A resume position pending in the current plan becomes an interruption
+        of it, and the rest of its epoch is planned anew with the new setting (as a state loaded from another
+        plan is)."""
+        if all(getattr(self, f"_{name}") == value for name, value in change.items()):
+            return
+        if self._next_batch:
+            self._resumed += (Interruption(self.world_size, self.batch_size, self.drop_last, self._next_batch),)
+            self._next_batch = 0
+        for name, value in change.items():
+            setattr(self, f"_{name}", value)
+        self._settings_changed()
+
+    def _settings_changed(self) -> None:
+        """What is derived from batch_size, drop_last and indices follows them."""
+        self._order_context = dataclasses.replace(self._order_context, batch_size=self.batch_size,
+                                                  drop_last=self.drop_last)
+        self._order_cache = self._identity_cache = None
+        self._arguments.update(batch_size=self.batch_size, drop_last=self.drop_last, indices=self.indices)
+        if self.order.reads_loader:  # FFCV's orders read the Loader's settings when built
+            self.order = self._resolve_order(self._arguments["order"], self._arguments["order_kwargs"])
 
     # ---- epochs -------------------------------------------------------------------------------------------
 
@@ -282,8 +369,8 @@ class Loader:
 
     def __iter__(self) -> EpochIterator:
         self._close_active("iter(loader) started another epoch; a Loader runs one epoch at a time")
-        if _pipelines_fingerprint(self._pipelines) != self._fingerprint:
-            self._compile_pipelines()  # an operation changed since (FFCV's progressive resizing): replan
+        if _pipelines_fingerprint(self._pipelines) != self._fingerprint or self._engine.batch_size != self.batch_size:
+            self._compile_pipelines()  # an operation or the batch size changed since (FFCV's progressive resizing)
         epoch, resumed = self._next_epoch, self._resumed
         batches = self._batches(epoch, resumed)
         if self._next_batch > len(batches):
@@ -520,7 +607,9 @@ def _agree_seed(seed: int | None, world_size: int, collective: bool) -> int:
 
 def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
     if indices is None:
-        return np.arange(num_samples, dtype=np.int64)
+        selected = np.arange(num_samples, dtype=np.int64)
+        selected.flags.writeable = False
+        return selected
     given = np.asarray(indices)
     if given.dtype == bool:
         raise ValueError("indices is a boolean mask: pass the sample numbers it selects, np.flatnonzero(mask) "
@@ -528,9 +617,10 @@ def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
     if given.size and not np.issubdtype(given.dtype, np.integer):
         raise ValueError(f"indices must be whole sample numbers, got an array of {given.dtype} (values such as 1.7 "
                          "are not rounded to a sample: convert them yourself)")
-    selected = given.astype(np.int64).reshape(-1)
+    selected = given.astype(np.int64).reshape(-1)  # a copy: the Loader's own, never the caller's array
     if len(selected) and (selected.min() < 0 or selected.max() >= num_samples):
         raise IndexError(f"indices must lie in [0, {num_samples}), got values from {selected.min()} to {selected.max()}")
+    selected.flags.writeable = False  # changed in place, it would not match the order and identity derived from it
     return selected
 
 

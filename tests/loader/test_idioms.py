@@ -465,3 +465,69 @@ def test_list_keeps_every_batch_valid_and_distinct(make, path, order):
         assert len(set(pointers)) == len(pointers)  # no two kept batches share memory
         assert epoch_of(loader) == expected(path, order, 1)  # the slots are reused for another epoch...
         assert [indices(batch) for batch in kept] == expected(path, order, 0)  # ...the kept batches unchanged
+
+
+# ---- settings assigned between epochs, as FFCV programs assign them ---------------------------------------------
+
+
+@pytest.mark.parametrize("new_batch_size", [4, 27, 200])
+def test_a_batch_size_assigned_between_epochs_plans_and_allocates_for_it(make, path, order, new_batch_size):
+    """A larger batch size once wrote past the slots allocated for the first one (lost samples, a segfault)."""
+    loader = make()
+    assert epoch_of(loader) == expected(path, order, 0)
+    loader.batch_size = new_batch_size
+    assert len(loader) == -(-SAMPLES // new_batch_size)
+    assert epoch_of(loader) == expected(path, order, 1, batch_size=new_batch_size)
+    loader.set_epoch(0)
+    assert epoch_of(loader) == expected(path, order, 0, batch_size=new_batch_size)
+
+
+def test_a_batch_size_assigned_while_a_resumed_epoch_is_pending_delivers_the_rest_once(make, path, order):
+    first = make()
+    iterator = iter(first)
+    taken = [indices(next(iterator)) for _ in range(3)]
+    state = first.state_dict()
+    iterator.close()
+    loader = make()
+    loader.load_state_dict(state)
+    loader.batch_size = 7
+    rest = epoch_of(loader)
+    assert {len(batch) for batch in rest[:-1]} == {7}
+    received = [i for batch in taken + rest for i in batch]
+    assert sorted(received) == list(range(SAMPLES))
+    assert epoch_of(loader) == expected(path, order, 1, batch_size=7)  # the next epoch: a fresh run's
+
+
+def test_indices_assigned_between_epochs_select_those_samples_even_for_an_epoch_run_before(make, path, order):
+    """The epoch's order was cached under (seed, epoch, plan): epoch 0 again gave the old selection."""
+    loader = make()
+    whole = [i for batch in epoch_of(loader) for i in batch]
+    assert sorted(whole) == list(range(SAMPLES))
+    loader.indices = [5, 3, 60, 61, 7]
+    loader.set_epoch(0)
+    chosen = [i for batch in epoch_of(loader) for i in batch]
+    assert sorted(chosen) == [3, 5, 7, 60, 61]
+    assert chosen == [i for batch in make(indices=[5, 3, 60, 61, 7]).epoch_batches(0) for i in batch.tolist()]
+    with pytest.raises(IndexError):
+        loader.indices = [SAMPLES]
+    with pytest.raises(ValueError):  # the Loader's own array: changed in place it would not match its order
+        loader.indices[0] = 4
+
+
+def test_drop_last_and_next_epoch_assigned_between_epochs(make, path, order):
+    loader = make()
+    loader.drop_last = True
+    loader.next_epoch = 2  # FFCV's attribute: the epoch the next iteration runs
+    assert loader.next_epoch == 2
+    batches = epoch_of(loader)
+    assert batches == expected(path, order, 2)[:-1] and len(loader) == SAMPLES // BATCH == len(batches)
+    assert loader.next_epoch == 3
+
+
+@pytest.mark.parametrize("name, value", [("num_workers", 3), ("rank", 1), ("world_size", 2)])
+def test_settings_fixed_at_construction_refuse_assignment_rather_than_being_ignored(make, name, value):
+    loader = make()
+    before = getattr(loader, name)
+    with pytest.raises(AttributeError, match=f"{name}={value}"):
+        setattr(loader, name, value)
+    assert getattr(loader, name) == before
