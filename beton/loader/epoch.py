@@ -388,7 +388,9 @@ class EpochIterator:
         if batch >= state.end or state.stop:
             self.close()
             raise StopIteration
-        if not self._threads:
+        with state.condition:
+            state.results.pop(batch - 1, None)  # the batch the last call returned (left there: see the end)
+        if not self._threads and batch not in state.results:  # (there already if its delivery was interrupted)
             _compute_and_publish(state, batch, self._compute)
         state.gate.asked_for(batch)  # the previous batch's slot may be reused from now on
         with state.condition:
@@ -401,16 +403,22 @@ class EpochIterator:
                     raise LoaderError(f"beton's worker threads ended without producing batch {batch} of epoch "
                                       f"{self.epoch} (a bug in beton: please report it)")
                 state.condition.wait(_WAIT_SECONDS)
-            found = None if state.ended_by is not None or state.stop else state.results.pop(batch)
+            # Read, not taken (the next call takes it): whatever interrupts the rest of this call (Ctrl-C, a pinning
+            # error) leaves the batch where the next call finds it, rather than lost with the workers waiting for it.
+            found = None if state.ended_by is not None or state.stop else state.results[batch]
         if found is None:
             return self.__next__()  # raises as the ended epoch says
         ok, value = found
         if not ok:
             self._engine.name_file(value)
+            # the epoch ends here: a later next() says so rather than ending as if the epoch were over
+            state.ended_by = f"batch {batch} raised {type(value).__name__}: {value}"
             self.close()
             raise value
         delivered = self._engine.deliver(value)
-        progress.next_batch = batch + 1  # only once the batch is the loop's: a pinning error leaves it undelivered
+        # Last, and without a Python call before the return, where no Ctrl-C can land: the batch counts as
+        # delivered only once it is the loop's (a pinning error or an interrupt before leaves it undelivered).
+        progress.next_batch = batch + 1
         return delivered
 
     def interrupt(self, reason: str) -> None:

@@ -29,9 +29,11 @@ import numpy as np
 import pytest
 
 from beton import Loader, OrderOption
+from beton.decoders import IntDecoder
 from beton.errors import LoaderError
 from beton.fields import IntField, NDArrayField
 from beton.memory import OSCache, ProcessCache
+from beton.transforms import ToTensor
 
 from conftest import write
 from resume_conformance import where
@@ -250,6 +252,61 @@ def test_keyboard_interrupt_in_the_loop_body_propagates_and_the_loader_still_wor
         assert epoch_of(loader) == expected(path, order, 1)  # iterating again: the next epoch, complete
         loader.load_state_dict(state)  # or resume the interrupted epoch from the checkpoint
         assert epoch_of(loader) == expected(path, order, 0)[2:]
+
+
+def test_an_interrupt_while_a_batch_is_delivered_leaves_it_for_the_next_call(make, path, order, monkeypatch):
+    """Ctrl-C (or a pinning error) inside a batch's delivery lost the batch: with workers, the next call waited for
+    ever for it; without, the epoch went on without it."""
+    from beton.loader.epoch import EpochEngine
+
+    deliver, calls = EpochEngine.deliver, []
+
+    def interrupted_once(engine, value):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return deliver(engine, value)
+
+    monkeypatch.setattr(EpochEngine, "deliver", interrupted_once)
+    loader = make(copy=True)
+    iterator = iter(loader)
+    received = [indices(next(iterator)), indices(next(iterator))]
+    with pytest.raises(KeyboardInterrupt):
+        next(iterator)
+    assert where(loader.state_dict()) == (SEED, 0, 2)  # the interrupted batch is not the loop's yet
+    received += epoch_of(iterator)  # the same iterator goes on with it
+    assert received == expected(path, order, 0)
+
+
+class _FailsOnce:
+    """A step after ToTensor whose first call on the batch holding sample 12 raises (a transient error)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def __call__(self, batch):
+        if not self.failed and (batch == 12).any():
+            self.failed = True
+            raise OSError("a transient read error")
+        return batch
+
+
+def test_after_a_batch_raised_its_iterator_raises_rather_than_ending_the_epoch_quietly(make, path, order):
+    """A loop catching the error and calling next() again got StopIteration: a short epoch that looked whole."""
+    loader = make(pipelines={"index": [IntDecoder(), ToTensor(), _FailsOnce()]})
+    iterator = iter(loader)
+    received = []
+    with pytest.raises(OSError, match="transient"):
+        while True:
+            received.append(indices(next(iterator)))
+    failed_at = len(received)
+    assert received == expected(path, order, 0)[:failed_at] and 12 in expected(path, order, 0)[failed_at]
+    with pytest.raises(LoaderError, match=f"batch {failed_at} raised OSError: a transient read error"):
+        next(iterator)
+    state = loader.state_dict()
+    assert where(state) == (SEED, 0, failed_at)
+    loader.load_state_dict(state)  # resuming delivers the rest, the failed batch first
+    assert epoch_of(loader) == expected(path, order, 0)[failed_at:]
 
 
 # ---- len -----------------------------------------------------------------------------------------------------------
