@@ -364,6 +364,8 @@ class Loader:
         return self.reader.metadata
 
     def __len__(self) -> int:
+        if not self.order.permutes:  # an order that may repeat or leave out samples (FFCV's): count what it gives
+            return len(self.epoch_batches(self._next_epoch))
         per_rank = len(shard(self.indices, self.rank, self.world_size, self.drop_last))
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 

@@ -528,3 +528,27 @@ def test_os_cache_is_the_shorthand_and_contradicting_memory_is_an_error(image_fi
         Loader(image_file, batch_size=16, memory="process")
     with pytest.raises(ValueError, match="positive"):
         ProcessCache(read_bandwidth=0)
+
+
+class _Twice(TraversalOrder):
+    """FFCV's contract allows an order that repeats samples: every sample twice."""
+
+    def sample_order(self, epoch):
+        return np.concatenate([self.indices, self.indices])
+
+
+class _FirstHalf(beton.order.Order):
+    permutes = False
+
+    def permutation(self, indices, seed, epoch, context):
+        return np.asarray(indices[: len(indices) // 2], np.int64)
+
+
+@pytest.mark.parametrize("order", [_Twice, _FirstHalf()], ids=["repeats", "leaves out"])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_counts_the_batches_an_order_that_does_not_permute_gives(image_file, order, drop_last):
+    """len() counted the selection instead of what the order gives, as FFCV's counts its traversal order: a
+    schedule or progress bar built on it was off by the repeats or the samples left out."""
+    with Loader(image_file, batch_size=16, num_workers=2, order=order, seed=3, drop_last=drop_last) as loader:
+        expected = len(list(loader))
+        assert len(loader) == expected != len(Loader(image_file, batch_size=16, drop_last=drop_last))
