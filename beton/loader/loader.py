@@ -431,7 +431,7 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
-        self._next_epoch, self._next_batch, self._resumed = int(epoch), 0, ()
+        self._next_epoch, self._next_batch, self._resumed = _whole("epoch", epoch, 0), 0, ()
         self._progress = None  # state_dict() now names this epoch's start, not an interrupted one
 
     # ---- resume -------------------------------------------------------------------------------------------
@@ -613,6 +613,8 @@ def _resolve_indices(indices: Any, num_samples: int) -> np.ndarray:
         selected.flags.writeable = False
         return selected
     given = np.asarray(indices)
+    if given.ndim > 1:
+        raise ValueError(f"indices must be a flat sequence of sample numbers, got an array of shape {given.shape}")
     if given.dtype == bool:
         raise ValueError("indices is a boolean mask: pass the sample numbers it selects, np.flatnonzero(mask) "
                          "(a mask read as numbers would select samples 0 and 1)")
@@ -631,16 +633,23 @@ def _resolve_shard(distributed: bool, rank: int | None, world_size: int | None) 
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             raise PipelineError("distributed=True needs torch.distributed initialised, or rank= and world_size=")
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    rank, world_size = rank or 0, world_size or 1
-    if not 0 <= rank < world_size:
+    rank = 0 if rank is None else _whole("rank", rank, 0)
+    world_size = 1 if world_size is None else _whole("world_size", world_size, 1)
+    if rank >= world_size:
         raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
     return rank, world_size
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+def _whole(name: str, value: Any, least: int) -> int:
+    """``value`` as an int, or a ValueError naming it: a whole number (not a bool, nor a float such as 1.0) of at
+    least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
     return int(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    return _whole(name, value, 1)
 
 
 def _resolve_batches_ahead(batches_ahead: int | None, prefetch_factor: int | None, num_workers: int) -> int:

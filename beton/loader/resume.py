@@ -119,15 +119,20 @@ def _is_int(value: Any) -> bool:
 _CUT_KEYS = ("world_size", "batch_size", "drop_last", "position")
 
 
+#: More ranks than any job has: a state is untrusted input, and orders plan per rank (BUCKETED's steps).
+_MOST_RANKS = 1 << 20
+
+
 def _interruption(values: Mapping[str, Any], first_position: int) -> Interruption:
-    return Interruption(_count(values, "world_size", 1), _count(values, "batch_size", 1), _flag(values, "drop_last"),
-                        _count(values, "position", first_position))
+    return Interruption(_count(values, "world_size", 1, _MOST_RANKS), _count(values, "batch_size", 1),
+                        _flag(values, "drop_last"), _count(values, "position", first_position))
 
 
-def _count(state: Mapping[str, Any], key: str, low: int = 0) -> int:
+def _count(state: Mapping[str, Any], key: str, low: int = 0, high: int | None = None) -> int:
     value = state[key]
-    if not _is_int(value) or value < low:
-        raise ResumeError(f"the state's {key!r} must be an integer of at least {low}, got {value!r:.100}")
+    if not _is_int(value) or value < low or high is not None and value > high:
+        bound = f"between {low} and {high}" if high is not None else f"of at least {low}"
+        raise ResumeError(f"the state's {key!r} must be an integer {bound}, got {value!r:.100}")
     return int(value)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from beton.errors import LoaderError
 
-__all__ = ["Order", "OrderContext", "checked_permutation", "shard", "shard_sizes", "repeat_first"]
+__all__ = ["Order", "OrderContext", "checked_permutation", "shard", "rank_size", "shard_sizes", "repeat_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,11 +112,16 @@ def repeat_first(order: np.ndarray, total: int) -> np.ndarray:
     return np.tile(order, -(-total // len(order)))[:total]
 
 
+def rank_size(count: int, world_size: int, drop_last: bool) -> int:
+    """The samples each rank gets of a global order of ``count`` (see :func:`shard`)."""
+    return count // world_size if drop_last else -(-count // world_size)
+
+
 def shard_sizes(count: int, world_size: int, drop_last: bool) -> tuple[int, list[int]]:
     """How :func:`shard` cuts a global order of ``count`` samples: the samples per rank, and how many of each
     rank's are real samples of the order (the rest is padding; with ``drop_last`` all are, and the last
     ``count % world_size`` samples of the order are dropped)."""
-    per_rank = count // world_size if drop_last else -(-count // world_size)
+    per_rank = rank_size(count, world_size, drop_last)
     return per_rank, [min(per_rank, max(0, count - rank * per_rank)) for rank in range(world_size)]
 
 
@@ -131,7 +136,7 @@ def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool,
     """
     if world_size == 1:
         return order
-    per_rank, _ = shard_sizes(len(order), world_size, drop_last)
+    per_rank = rank_size(len(order), world_size, drop_last)
     if len(order) and per_rank * world_size > len(order):
         padded = np.asarray(pad(order, per_rank * world_size))
         if len(padded) != per_rank * world_size:

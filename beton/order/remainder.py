@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from beton.order.base import shard_sizes
+from beton.order.base import rank_size
 
 __all__ = ["Interruption", "remainder", "consumed_and_left"]
 
@@ -35,11 +35,13 @@ class Interruption:
 
 
 def _delivered_spans(count: int, cut: Interruption) -> list[tuple[int, int, int]]:
-    """Per rank: where its real delivered samples lie in the order, ``[start, end)``, and how many it received."""
-    per_rank, _ = shard_sizes(count, cut.world_size, cut.drop_last)
+    """Per rank holding any of the order: where its real delivered samples lie in it, ``[start, end)``, and how many
+    it received (the ranks after them hold none)."""
+    per_rank = rank_size(count, cut.world_size, cut.drop_last)
     delivered = per_rank // cut.batch_size * cut.batch_size if cut.drop_last else per_rank
     spans = []
-    for rank in range(cut.world_size):
+    # ranks past the order's end received nothing real: a state's world size bounds no loop (states are untrusted)
+    for rank in range(min(cut.world_size, -(-count // per_rank) if per_rank else 0)):
         start = rank * per_rank
         end = max(start, min(start + delivered, count))
         spans.append((start, end, min(cut.position * cut.batch_size, end - start)))

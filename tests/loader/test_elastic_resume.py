@@ -249,12 +249,14 @@ def test_the_same_content_under_another_path_resumes(whole, tmp_path):
     (lambda state: [1, 2], "takes the dict"),
     (lambda state: {key: value for key, value in state.items() if key != "samples"}, "has no 'samples'"),
     (lambda state: {**state, "position": 2.5}, "'position' must be an integer"),
-    (lambda state: {**state, "world_size": 0}, "'world_size' must be an integer of at least 1"),
+    (lambda state: {**state, "world_size": 0}, "'world_size' must be an integer between 1 and 1048576"),
+    (lambda state: {**state, "world_size": 10**12}, "'world_size' must be an integer between 1 and 1048576"),
+    (lambda state: {**state, "resumed": [[10**12, 4, False, 1]]}, "'world_size' must be an integer between 1"),
     (lambda state: {**state, "drop_last": "no"}, "'drop_last' must be True or False"),
     (lambda state: {**state, "resumed": [[2, 8]]}, "'resumed' must be a list"),
     (lambda state: {**state, "extra": 1}, "does not write: ['extra']"),
-], ids=["empty", "not-a-dict", "missing-key", "fractional-position", "no-ranks", "drop-last-text", "short-cut",
-        "unknown-key"])
+], ids=["empty", "not-a-dict", "missing-key", "fractional-position", "no-ranks", "too-many-ranks",
+        "too-many-ranks-before", "drop-last-text", "short-cut", "unknown-key"])
 def test_a_malformed_state_is_refused_naming_the_key(whole, change, message):
     state = saved_state(whole)
     assert message in refusal(whole, change(state))

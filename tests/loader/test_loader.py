@@ -470,6 +470,33 @@ def test_a_seed_that_is_not_a_whole_number_of_at_least_zero_is_refused_when_the_
         Loader(image_file, batch_size=8, seed=seed)
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"rank": 0, "world_size": 0}, "world_size must be a whole number of at least 1, got 0"),
+    ({"rank": True, "world_size": 2}, "rank must be a whole number of at least 0, got True"),
+    ({"rank": 1.0, "world_size": 2}, "rank must be a whole number of at least 0, got 1.0"),
+    ({"rank": 0, "world_size": 2.5}, "world_size must be a whole number of at least 1, got 2.5"),
+    ({"rank": 2, "world_size": 2}, r"rank must lie in \[0, world_size=2\), got 2"),
+    ({"num_workers": 2.5}, "num_workers must be -1 .* got 2.5"),
+    ({"num_workers": True}, "num_workers must be -1 .* got True"),
+    ({"num_workers": -2}, "num_workers must be -1 .* got -2"),
+    ({"indices": [[1, 2], [3, 4]]}, r"flat sequence of sample numbers, got an array of shape \(2, 2\)")])
+def test_shard_workers_and_indices_that_mean_nothing_are_refused_not_reinterpreted(image_file, options, message):
+    """world_size=0 became 1, rank=True rank 1, num_workers=2.5 and float ranks failed only when an epoch started,
+    and 2-D indices were flattened."""
+    with pytest.raises(ValueError, match=message):
+        Loader(image_file, batch_size=8, **options)
+
+
+@pytest.mark.parametrize("epoch", [-1, 1.9, True, "2"])
+def test_set_epoch_refuses_what_is_not_an_epoch_number(image_file, epoch):
+    """set_epoch(1.9) ran epoch 1; set_epoch(-1) failed inside numpy when the epoch started."""
+    with Loader(image_file, batch_size=8, num_workers=0) as loader:
+        with pytest.raises(ValueError, match="epoch must be a whole number of at least 0"):
+            loader.set_epoch(epoch)
+        loader.set_epoch(np.int64(2))
+        assert loader.next_epoch == 2
+
+
 def test_a_numpy_integer_batch_size_works(image_file):
     with Loader(image_file, batch_size=np.int64(50), num_workers=0) as loader:
         assert [len(labels) for _, labels in loader] == [50, 50, 50, 50, 3]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import beton
 import beton.errors
 
 from beton.order import (ORDERS, Order, OrderContext, OrderOption, QuasiRandomOrder, RandomOrder, SequentialOrder,
                          shard)
+from beton.order.base import shard_sizes
 from beton.order.quasi_random import expected_uniform_pages
+from beton.order.remainder import Interruption, consumed_and_left, remainder
 
 PAGES = np.repeat(np.arange(40), 25)  # 1,000 samples, 25 per page
 CONTEXT = OrderContext(PAGES, batch_size=50)
@@ -185,3 +188,31 @@ def test_a_custom_padding_of_samples_outside_the_order_is_refused(image_file, pa
                 world_size=2) as loader:  # 203 samples on 2 ranks: one padding sample
         with pytest.raises(beton.errors.LoaderError, match="must return the order followed by samples of it again"):
             iter(loader)
+
+
+def _spans_of_every_rank(count, cut):
+    """The remainder's reference: every rank of the plan, those past the order's end included."""
+    per_rank, _ = shard_sizes(count, cut.world_size, cut.drop_last)
+    delivered = per_rank // cut.batch_size * cut.batch_size if cut.drop_last else per_rank
+    return [(rank * per_rank, max(rank * per_rank, min(rank * per_rank + delivered, count)),
+             min(cut.position * cut.batch_size, max(0, min(rank * per_rank + delivered, count) - rank * per_rank)))
+            for rank in range(cut.world_size)]
+
+
+@given(count=st.integers(0, 60), world_size=st.integers(1, 150), batch_size=st.integers(1, 9),
+       drop_last=st.booleans(), position=st.integers(0, 12))
+def test_the_remainder_of_a_plan_with_more_ranks_than_samples_is_that_of_every_rank(count, world_size, batch_size,
+                                                                                  drop_last, position):
+    cut = Interruption(world_size, batch_size, drop_last, position)
+    spans = _spans_of_every_rank(count, cut)
+    received = sum(taken for _, _, taken in spans)
+    assert consumed_and_left(count, cut) == (received, sum(end - start for start, end, _ in spans) - received)
+    order = np.arange(count) * 7
+    assert remainder(order, cut).tolist() == [v for s, e, t in spans for v in order[s + t : e].tolist()]
+
+
+def test_a_state_s_world_size_bounds_no_loop():
+    """A crafted state's world size of 10**7 spent 12 s in a loop over ranks that hold nothing."""
+    assert consumed_and_left(97, Interruption(10**12, 4, False, 1)) == (97, 0)
+    assert remainder(np.arange(97), Interruption(10**12, 4, False, 0)).tolist() == list(range(97))
+    assert consumed_and_left(97, Interruption(10**12, 4, True, 1)) == (0, 0)  # every rank's share is dropped
