@@ -35,6 +35,7 @@ from beton.order.base import checked_permutation
 from beton.order.contracts import build_order, is_order_class
 from beton.order.remainder import Interruption, consumed_and_left, remainder
 from beton.pipeline.compiler import Plan, build_plan, default_cache_dir
+from beton.pipeline.spec import PipelineSpec
 from beton.dataset.union import OpenedDataset, content_digest, open_dataset
 from beton.storage.remote import RemoteOptions, is_url
 from beton.dataset.shards import Source, names_one_file
@@ -580,7 +581,9 @@ def _pipelines_fingerprint(pipelines: Mapping[str, Sequence[Any] | None] | None)
     """What the user's pipelines hold now, to notice between epochs an operation changed in place (ffcv-imagenet
     sets ``decoder.output_size`` before each epoch)."""
     return tuple(
-        (name, None if operations is None else tuple((id(op), _operation_values(op)) for op in operations))
+        (name, None if operations is None else tuple(
+            (id(op), _operation_values(op))
+            for op in (operations.operations() if isinstance(operations, PipelineSpec) else operations)))
         for name, operations in (pipelines or {}).items()
     )
 

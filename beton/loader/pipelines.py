@@ -18,6 +18,7 @@ from beton.errors import PipelineError
 from beton.fields.base import Field, UnknownField
 from beton.pipeline.contracts import as_operation
 from beton.pipeline.operation import Operation
+from beton.pipeline.spec import PipelineSpec
 from beton.transforms.torch_ops import ModuleWrapper
 
 __all__ = ["check_pipelines", "resolve_pipelines"]
@@ -38,6 +39,12 @@ def check_pipelines(pipelines: Any) -> None:
             raise PipelineError(f"pipelines must be keyed by field name, got the key {name!r} ({_a(name)})")
         if operations is None:
             continue
+        if isinstance(operations, PipelineSpec):
+            if not isinstance(operations.source, str):
+                raise PipelineError(f"pipeline {name!r}: a PipelineSpec's source must name a field; one whose source "
+                                    "is another pipeline's operation (FFCV's branch, sharing that operation's "
+                                    "result) is not supported: give each output its own decoder from the field")
+            operations = operations.operations()
         if isinstance(operations, (str, bytes, Mapping, Iterator)) or not isinstance(operations, Iterable):
             # an iterator would be used up by the first of the loader's readings
             single = isinstance(operations, type) or isinstance(operations, Operation) or callable(operations)
@@ -67,28 +74,45 @@ def resolve_pipelines(
 ) -> list[tuple[str, str, Field, list[Operation]]]:
     check_pipelines(pipelines)
     pipelines = dict(pipelines or {})
-    unknown = set(pipelines) - set(fields)
+    sources = {name: spec.source if isinstance(spec, PipelineSpec) else name for name, spec in pipelines.items()}
+    unknown = {source for source in sources.values() if source not in fields}
     if unknown:
         raise PipelineError(f"pipelines name fields the file does not have: {sorted(unknown)}; "
                             f"fields are {list(fields)}")
+    # FFCV's order: the fields' outputs in the file's order, then the outputs named after no field, as given
+    names = [name for name in fields if pipelines.get(name, ()) is not None]
+    names += [name for name, spec in pipelines.items() if name not in fields and spec is not None]
     resolved = []
-    for name, field in fields.items():
-        if name in pipelines and pipelines[name] is None:
-            continue  # dropped
+    for name in names:
+        source = sources.get(name, name)
+        field = fields[source]
         if isinstance(field, UnknownField):
-            raise PipelineError(f"field {name!r}: {field.reason}")
-        if name in pipelines:
-            operations = [_wrap(name, op) for op in pipelines[name]]
-        else:
-            try:
-                operations = list(field.default_pipeline())
-            except PipelineError as error:
-                raise PipelineError(f"field {name!r}: {error}") from None
-        resolved.append((name, name, field, operations))
+            raise PipelineError(f"field {source!r}: {field.reason}")
+        resolved.append((name, source, field, _operations(name, field, pipelines.get(name))))
     if not resolved:
         raise PipelineError("every field is dropped: nothing to load")
     _check_shared_state_placed_once(resolved)
     return resolved
+
+
+def _operations(name: str, field: Field, given: Sequence[Any] | PipelineSpec | None) -> list[Operation]:
+    """Output ``name``'s operations: the field's default pipeline where none is given (or an empty
+    PipelineSpec); else those given, the field's default decoder first where they do not start with a decoder
+    (FFCV's rule: ``[ToTensor()]`` for an int field is its IntDecoder, then ToTensor)."""
+    operations = None if given is None else given.operations() if isinstance(given, PipelineSpec) else list(given)
+    if not operations:
+        try:
+            return list(field.default_pipeline())
+        except PipelineError as error:
+            raise PipelineError(f"field {name!r}: {error}") from None
+    wrapped = [_wrap(name, op) for op in operations]
+    if not (wrapped[0].is_decoder or wrapped[0].decodes_when_first):
+        try:
+            decoder = field.default_pipeline()[0]
+        except PipelineError as error:
+            raise PipelineError(f"pipeline {name!r} starts with {wrapped[0]!r}, not a decoder, and {error}") from None
+        wrapped.insert(0, decoder)
+    return wrapped
 
 
 def _check_shared_state_placed_once(resolved: list[tuple[str, str, Field, list[Operation]]]) -> None:

@@ -10,6 +10,7 @@ from beton.pipeline.operation import (
     SourceState,
     State,
 )
+from beton.pipeline.spec import PipelineSpec
 
 __all__ = ["Operation", "JitOperation", "SampleOperation", "BatchOperation", "State", "SourceState", "Source",
-           "BatchContext"]
+           "BatchContext", "PipelineSpec"]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import beton
-from beton.decoders import IntDecoder, SimpleRGBImageDecoder
+from beton.decoders import CenterCropRGBImageDecoder, IntDecoder, SimpleRGBImageDecoder
 from beton.errors import BetonError, PipelineError
 from beton.fields import IntField, RGBImageField
 from beton.fields.rgb_image import RandomResizedCropRGBImageDecoder
 from beton.loader.pipelines import check_pipelines
-from beton.transforms import ToTensor
+from beton.pipeline import PipelineSpec
+from beton.transforms import RandomHorizontalFlip, ToTensor
 
 from conftest import small_image, write
 
@@ -82,3 +84,44 @@ def test_check_pipelines_accepts_what_the_loader_takes(image_file):
         check_pipelines(pipelines)
     with loader(image_file, {"label": (IntDecoder(), ToTensor()), "image": None}) as ok:
         assert [batch[0].tolist() for batch in ok] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+# ---- several outputs of one field (FFCV's PipelineSpec), and FFCV's default decoder -------------------------------
+
+
+def first_batch(path, pipelines, **options):
+    with beton.Loader(path, batch_size=8, num_workers=2, seed=3, pipelines=pipelines, **options) as built:
+        return dict(zip(built.plan.output_names, (output.numpy() for output in next(iter(built)))))
+
+
+def test_a_pipeline_spec_gives_a_field_several_outputs_after_the_fields_own(image_file):
+    """Self-supervised FFCV programs build two augmented views of one image so; they could not be ported."""
+    crop = lambda: RandomResizedCropRGBImageDecoder((12, 12))  # noqa: E731
+    views = first_batch(image_file, {
+        "image": [crop(), ToTensor()],
+        "second": PipelineSpec("image", crop(), [RandomHorizontalFlip(), ToTensor()]),
+        "center": PipelineSpec("image", transforms=[CenterCropRGBImageDecoder((10, 10)), ToTensor()]),
+        "plain": PipelineSpec("label")})
+    assert list(views) == ["image", "label", "second", "center", "plain"]  # FFCV's order: fields, then the rest
+    assert views["image"].shape == views["second"].shape == (8, 12, 12, 3)
+    assert not np.array_equal(views["image"], views["second"])  # each output draws its own crop
+    alone = first_batch(image_file, {"image": [CenterCropRGBImageDecoder((10, 10)), ToTensor()]})
+    np.testing.assert_array_equal(views["center"], alone["image"])  # an output reads its field as the field's own
+    np.testing.assert_array_equal(views["plain"], views["label"])  # no decoder, no transforms: the default pipeline
+    np.testing.assert_array_equal(views["label"], np.arange(8))
+
+
+def test_a_pipeline_that_does_not_start_with_a_decoder_gets_the_field_s_default_one(image_file):
+    """FFCV's rule: its programs write [ToTensor(), Squeeze()] for a label."""
+    given = first_batch(image_file, {"label": [ToTensor()], "image": [ToTensor()]})
+    default = first_batch(image_file, {})
+    assert given.keys() == default.keys()
+    for name in given:
+        np.testing.assert_array_equal(given[name], default[name])
+
+
+def test_a_pipeline_spec_of_another_field_or_of_an_operation_is_refused(image_file):
+    assert "fields the file does not have: ['labels']" in str(raised(image_file, {"y": PipelineSpec("labels")}))
+    decoder = IntDecoder()
+    message = str(raised(image_file, {"label": [decoder], "y": PipelineSpec(decoder, None, [ToTensor()])}))
+    assert "source must name a field" in message and "branch" in message
