@@ -230,6 +230,7 @@ class Loader:
         self._resumed: tuple[Interruption, ...] = ()
         self._progress: Progress | None = None  # the latest epoch's, kept after its iterator is gone
         self._progress_resumed: tuple[Interruption, ...] = ()  # and the earlier plans it went on from
+        self._progress_plan: Interruption | None = None  # and its own plan (batch_size may change after it)
         self._order_cache: tuple[Order, tuple, np.ndarray] | None = None  # (order, what for, the global order)
         self._identity_cache: Identity | None = None
 
@@ -301,6 +302,10 @@ class Loader:
     rank = _fixed("rank", "this process's shard")
     world_size = _fixed("world_size", "the number of shards")
 
+    def _plan(self) -> Interruption:
+        """This Loader's plan as it stands (at position 0)."""
+        return Interruption(self.world_size, self.batch_size, self.drop_last, 0)
+
     def _change_plan(self, **change: Any) -> None:
         """A new batch size or drop_last. A resume position pending in the current plan becomes an interruption
         of it, and the rest of its epoch is planned anew with the new setting (as a state loaded from another
@@ -308,7 +313,7 @@ class Loader:
         if all(getattr(self, f"_{name}") == value for name, value in change.items()):
             return
         if self._next_batch:
-            self._resumed += (Interruption(self.world_size, self.batch_size, self.drop_last, self._next_batch),)
+            self._resumed += (dataclasses.replace(self._plan(), position=self._next_batch),)
             self._next_batch = 0
         for name, value in change.items():
             setattr(self, f"_{name}", value)
@@ -382,6 +387,7 @@ class Loader:
         iterator = self._engine.start(epoch, batches, self._next_batch, self.seed, owner=self)
         self._next_epoch, self._next_batch, self._resumed = epoch + 1, 0, ()
         self._progress, self._progress_resumed = iterator.progress, resumed
+        self._progress_plan = self._plan()
         self._active = weakref.ref(iterator)
         return iterator
 
@@ -449,14 +455,15 @@ class Loader:
         any one (usually rank 0's).
         """
         progress = self._progress
-        if progress is not None and not progress.finished:
-            epoch, position, resumed = progress.epoch, progress.next_batch, self._progress_resumed
+        if progress is not None and not progress.finished:  # in the plan it ran under, whatever was set since
+            epoch, position, resumed, own = progress.epoch, progress.next_batch, self._progress_resumed, \
+                self._progress_plan
         else:
-            epoch, position, resumed = self._next_epoch, self._next_batch, self._resumed
-        plan = Interruption(self.world_size, self.batch_size, self.drop_last, position)
+            epoch, position, resumed, own = self._next_epoch, self._next_batch, self._resumed, self._plan()
+        plan = dataclasses.replace(own, position=position)
         samples = 0
         if resumed or position:
-            count = len(self._permutation(epoch, resumed[0] if resumed else None))
+            count = len(self._permutation(epoch, resumed[0] if resumed else own))
             for cut in (*resumed, plan):
                 received, count = consumed_and_left(count, cut)
                 samples += received

@@ -588,3 +588,21 @@ def test_settings_fixed_at_construction_refuse_assignment_rather_than_being_igno
     with pytest.raises(AttributeError, match=f"{name}={value}"):
         setattr(loader, name, value)
     assert getattr(loader, name) == before
+
+
+def test_a_checkpoint_of_a_broken_off_epoch_keeps_its_plan_when_the_batch_size_changes_after(make, path, order):
+    """state_dict() described the interrupted epoch's position in the new batch size: a resume gave other samples."""
+    loader = make()
+    received = []
+    for batch in loader:
+        received.append(indices(batch))
+        if len(received) == 3:
+            break
+    loader.batch_size = 4
+    state = loader.state_dict()
+    assert where(state) == (SEED, 0, 3) and state["batch_size"] == BATCH
+    resumed = make(batch_size=6)
+    resumed.load_state_dict(state)
+    rest = [i for batch in epoch_of(resumed) for i in batch]
+    assert sorted([i for batch in received for i in batch] + rest) == list(range(SAMPLES))
+    assert epoch_of(loader) == expected(path, order, 1, batch_size=4)  # the loader itself goes on with epoch 1
