@@ -202,7 +202,14 @@ class Shards(Sequence[Shard]):
 
     def __init__(self, locations: Sequence[str], counts: Sequence[int], digests: Sequence[str]) -> None:
         self.locations, self.digests = tuple(locations), tuple(digests)
-        self.counts = np.array(counts, np.int64).reshape(-1)
+        try:
+            self.counts = np.array(counts, np.int64).reshape(-1)
+        except OverflowError:  # a count past int64 (a header's uint64, say)
+            self.counts = None
+        if self.counts is None or (self.counts < 0).any():
+            number, count = next((k, int(c)) for k, c in enumerate(counts) if not 0 <= int(c) < 1 << 63)
+            raise ShardError(f"shard {number} ({self.locations[number]!r}): a sample count must lie in [0, 2**63), "
+                             f"got {count}")
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         if not len(self.locations) == len(self.counts) == len(self.digests):
             raise ValueError("shards are listed with one location, count and digest each")

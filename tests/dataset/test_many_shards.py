@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import beton
@@ -235,8 +235,19 @@ def corrupted_union(parts, directory, position, value, header_crc):
         with open(path, "rb") as file:
             heads.append(file.read(256))
     counts = [int(np.frombuffer(head, HEADER_DTYPE)["num_samples"][0]) for head in heads]  # what the header says
+    # a count no manifest can list (past int64): the manifest itself is refused (ShardError), so no manifest can
+    # agree with this header and leave the refusal to the shard's own checks, which is what this compares
+    assume(counts[1] < 1 << 63)
     entries = [(path, count, header_digest(head)) for path, count, head in zip(copies, counts, heads)]
     return copies, Manifest.of(entries, field_specs(beton.Reader(parts[0]).descriptors))
+
+
+def test_a_manifest_count_past_int64_is_refused_naming_the_shard(three):
+    entries = [(path, 1 << 63 if k == 1 else 2, "0" * 64) for k, path in enumerate(three)]
+    with pytest.raises(ShardError, match=r"shard 1 .*part-1.beton.*\[0, 2\*\*63\), got 9223372036854775808"):
+        Manifest.of(entries, field_specs(beton.Reader(three[0]).descriptors))
+    with pytest.raises(ShardError, match="got -1"):
+        Manifest.of([(three[0], -1, "0" * 64)], field_specs(beton.Reader(three[0]).descriptors))
 
 
 def outcome(action):
