@@ -29,7 +29,7 @@ class TraversalOrder(abc.ABC):
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
-        self.indices = loader.indices
+        self.indices = np.array(loader.indices)  # its own: FFCV's orders may shuffle it in place
         self.seed = loader.seed
         self.distributed = loader.world_size > 1
         self.drop_last = loader.drop_last

@@ -358,8 +358,10 @@ class Loader:
         key = (self.seed, epoch, context.world_size, context.batch_size, context.drop_last)
         cached = self._order_cache
         if cached is None or cached[0] is not self.order or cached[1] != key:  # ``is``: an order may hold arrays
-            permutation = checked_permutation(self.order, self.order.permutation(self.indices, self.seed, epoch,
-                                                                                 context),
+            # a writable copy: an order may shuffle what it is given in place (and numpy's permutation of an empty
+            # read-only array raises on some versions), and the Loader's own array must stay as it is
+            permutation = checked_permutation(self.order, self.order.permutation(np.array(self.indices), self.seed,
+                                                                                 epoch, context),
                                               self.indices, self.reader.num_samples, epoch)
             cached = self._order_cache = (self.order, key, permutation)
         return cached[2]
