@@ -3,25 +3,21 @@ FIFOs, devices, directories and files of the wrong size or owner are cache misse
 a loopback HTTP server, the entry replaced without following it), never errors, hangs or writes elsewhere; each
 user keeps pages in a directory of their own, and one that is not theirs alone is refused with CacheDirError.
 
-Reads that a bad entry could hang or blow up (a FIFO, /dev/zero, a huge sparse file) run in a forked child
-process with a time limit and an address-space limit, so that a regression fails the test instead of hanging it
-or exhausting the machine's memory. Cases that need another user run as root: the forked child drops to
-``nobody`` (it executes nothing, so it needs no interpreter that user may run)."""
+Reads that a bad entry could hang or blow up (a FIFO, /dev/zero, a huge sparse file) run in a child process
+(tests/cache_reader.py) with a time limit and an address-space limit, so that a regression fails the test instead
+of hanging it or exhausting the machine's memory. Cases that need another user run as root: the child drops to
+``nobody`` once it has imported what it needs."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import resource
-import select
 import shutil
-import signal
 import stat
+import subprocess
+import sys
 import tempfile
-import time
-import traceback
 
-import numpy as np
 import pytest
 
 pytest.importorskip("fsspec", reason="remote reads need fsspec (the 'remote' extra)")
@@ -30,12 +26,13 @@ pytest.importorskip("aiohttp", reason="fsspec reads http:// through aiohttp (the
 import beton  # noqa: E402
 from beton.errors import CacheDirError  # noqa: E402
 from beton.storage.remote import RemoteOptions  # noqa: E402
+from cache_reader import FAST, read_everything  # noqa: E402
 from conftest import MIXED_FIELDS, mixed_sample, write  # noqa: E402
 from range_server import RangeServer  # noqa: E402
 
 NUM_SAMPLES = 120
 PAGE_SIZE = 1024
-FAST = RemoteOptions(retries=4, backoff=0.001, max_backoff=0.01, timeout=5.0)
+CHILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cache_reader.py")
 NOBODY = 65534
 as_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                              reason="acting as a second user needs root (to chown, or to setuid to nobody)")
@@ -54,62 +51,17 @@ def served(tmp_path_factory):
         yield server, server.url("data.beton"), path
 
 
-def same(a, b) -> bool:
-    return np.array_equal(a, b) if isinstance(a, np.ndarray) else (type(a) is type(b) and a == b)
-
-
-def read_everything(url: str, local_path: str, cache_dir: str, **options) -> beton.Reader:
-    """Every sample read through the disk cache equals the local file's; the reader's page counters stay."""
-    with beton.Reader(url, remote=fast(cache_dir=cache_dir, **options)) as remote, beton.Reader(local_path) as local:
-        for i in range(len(local)):
-            assert all(same(x, y) for x, y in zip(remote[i], local[i])), f"sample {i}"
-        return remote
-
-
 def read_in_child(url: str, local_path: str, cache_dir: str, user: int | None = None, timeout: float = 120) -> int:
-    """Read every sample in a forked child process (as ``user`` when given: it drops to that user after the fork,
-    without executing anything), within ``timeout`` seconds and 2 GiB more address space than it starts with; the
-    pages it fetched over the network. A hang, a MemoryError or any other error fails the test."""
-    readable, writable = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
-        status = 1
-        try:
-            os.close(readable)
-            if user is not None:
-                os.setgroups([])
-                os.setgid(user)
-                os.setuid(user)
-            size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize"))
-            limit = size * 1024 + (2 << 30)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            reader = read_everything(url, local_path, cache_dir)
-            os.write(writable, f"fetched {reader.remote.pages.pages_fetched}".encode())
-            status = 0
-        except BaseException:  # noqa: BLE001 - everything goes to the parent, which fails the test
-            os.write(writable, traceback.format_exc()[-4000:].encode())
-        finally:
-            os._exit(status)
-    os.close(writable)
-    report = b""
+    """Read every sample in a child process (tests/cache_reader.py; as ``user`` when given), within ``timeout``
+    seconds and 2 GiB more address space than it starts with; the pages it fetched over the network. A hang, a
+    MemoryError or any other error fails the test."""
+    command = [sys.executable, CHILD, url, local_path, cache_dir, "-" if user is None else str(user)]
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            ready, _, _ = select.select([readable], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, 0)
-                pytest.fail(f"reading through the cache hung for {timeout} s")
-            chunk = os.read(readable, 65536)
-            if not chunk:
-                break
-            report += chunk
-    finally:
-        os.close(readable)
-    _, status = os.waitpid(child, 0)
-    text = report.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0 and text.startswith("fetched "), text
-    return int(text.split()[1])
+        child = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"reading through the cache hung for {timeout} s")
+    assert child.returncode == 0 and child.stdout.startswith("fetched "), child.stdout + child.stderr[-4000:]
+    return int(child.stdout.split()[1])
 
 
 @pytest.fixture
