@@ -325,7 +325,11 @@ class Loader:
                                                   drop_last=self.drop_last)
         self._order_cache = self._identity_cache = None
         self._arguments.update(batch_size=self.batch_size, drop_last=self.drop_last, indices=self.indices)
-        if self.order.reads_loader:  # FFCV's orders read the Loader's settings when built
+        self._rebuild_ffcv_order()
+
+    def _rebuild_ffcv_order(self) -> None:
+        """FFCV's orders read the Loader's settings and seed when built: one is built anew after they change."""
+        if self.order.reads_loader:
             self.order = self._resolve_order(self._arguments["order"], self._arguments["order_kwargs"])
 
     # ---- epochs -------------------------------------------------------------------------------------------
@@ -463,13 +467,18 @@ class Loader:
         else:
             epoch, position, resumed, own = self._next_epoch, self._next_batch, self._resumed, self._plan()
         plan = dataclasses.replace(own, position=position)
-        samples = 0
-        if resumed or position:
-            count = len(self._permutation(epoch, resumed[0] if resumed else own))
-            for cut in (*resumed, plan):
-                received, count = consumed_and_left(count, cut)
-                samples += received
-        return ResumeState(self.seed, epoch, position, samples, plan, resumed, self._identity()).to_dict()
+        return ResumeState(self.seed, epoch, position, self._received(epoch, resumed, plan), plan, resumed,
+                           self._identity()).to_dict()
+
+    def _received(self, epoch: int, resumed: tuple[Interruption, ...], plan: Interruption) -> int:
+        """Real samples of the epoch every rank together received under the plans ``resumed``, then ``plan``."""
+        if not resumed and not plan.position:
+            return 0
+        count, total = len(self._permutation(epoch, resumed[0] if resumed else plan)), 0
+        for cut in (*resumed, plan):
+            received, count = consumed_and_left(count, cut)
+            total += received
+        return total
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Go on from ``state`` (from ``state_dict()``): the next iteration yields exactly what the interrupted run
@@ -484,11 +493,21 @@ class Loader:
         """
         parsed = ResumeState.parse(state)
         parsed.check(self._identity(), self._arguments["seed"])
-        self._close_active("load_state_dict() moved the Loader elsewhere")
+        seed, order = self.seed, self.order
         if parsed.seed != self.seed:
             self.seed = parsed.seed
-            if self.order.reads_loader:  # FFCV's orders read the seed when built
-                self.order = self._resolve_order(self._arguments["order"], self._arguments["order_kwargs"])
+            self._rebuild_ffcv_order()
+        try:  # a state is untrusted input: its count must be the one its plans give (they say what is left)
+            received = self._received(parsed.epoch, parsed.resumed, parsed.plan)
+            if received != parsed.samples:
+                raise ResumeError(f"the state does not hold together: its 'samples' is {parsed.samples}, but its "
+                                  f"plans ('world_size', 'batch_size', 'drop_last', 'position' and 'resumed') "
+                                  f"delivered {received} samples of epoch {parsed.epoch}: resume from a state "
+                                  f"state_dict() wrote, unedited")
+        except BaseException:
+            self.seed, self.order = seed, order
+            raise
+        self._close_active("load_state_dict() moved the Loader elsewhere")
         if (parsed.plan.world_size, parsed.plan.batch_size, parsed.plan.drop_last) == (
                 self.world_size, self.batch_size, self.drop_last):
             resumed, position = parsed.resumed, parsed.position  # the same plan: its next batch

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from beton import Loader, OrderOption
 from beton.decoders import IntDecoder, NDArrayDecoder
 from beton.errors import ResumeError
+from beton.loader.resume import describe_order
 from beton.fields import IntField, NDArrayField, RaggedArrayField, RGBImageField
 from beton.memory import OSCache, ProcessCache
 from beton.transforms import ToTensor
+from beton.traversal_order import TraversalOrder
 
 from conftest import small_image, write
 
@@ -255,15 +257,21 @@ def test_the_same_content_under_another_path_resumes(whole, tmp_path):
     (lambda state: {**state, "drop_last": "no"}, "'drop_last' must be True or False"),
     (lambda state: {**state, "resumed": [[2, 8]]}, "'resumed' must be a list"),
     (lambda state: {**state, "extra": 1}, "does not write: ['extra']"),
+    # well-formed, but 'samples' (8) is not what the plans delivered: they would resume into another rest
+    (lambda state: {**state, "samples": 9}, "its 'samples' is 9, but its plans"),
+    (lambda state: {**state, "position": 3}, "its 'samples' is 8, but its plans"),
+    (lambda state: {**state, "batch_size": 10**12}, f"delivered {COUNT} samples of epoch 0"),
+    (lambda state: {**state, "resumed": [[2, 4, False, 1]]}, "its 'samples' is 8, but its plans"),
 ], ids=["empty", "not-a-dict", "missing-key", "fractional-position", "no-ranks", "too-many-ranks",
-        "too-many-ranks-before", "drop-last-text", "short-cut", "unknown-key"])
+        "too-many-ranks-before", "drop-last-text", "short-cut", "unknown-key", "edited-samples", "edited-position",
+        "huge-batch", "added-plan"])
 def test_a_malformed_state_is_refused_naming_the_key(whole, change, message):
     state = saved_state(whole)
     assert message in refusal(whole, change(state))
 
 
 def test_a_position_past_the_epoch_is_refused_when_iterating(whole):
-    state = {**saved_state(whole), "position": 99}
+    state = {**saved_state(whole), "position": 99, "samples": COUNT}  # consistent: every sample delivered
     with Loader(whole, batch_size=8, num_workers=0, pipelines=PIPELINES, seed=7) as loader:
         loader.load_state_dict(state)
         with pytest.raises(ResumeError, match="position 99 lies past the 13 batches"):
@@ -279,3 +287,19 @@ def test_a_refused_state_leaves_the_loader_as_it_was(whole):
             loader.load_state_dict({**before, "order": "another"})
         assert loader.state_dict() == before
         assert len(list(iterator)) == len(loader) - 1  # the open epoch goes on
+
+
+class SeededShuffle(TraversalOrder):  # FFCV's kind of order: reads the Loader's seed when built
+    def sample_order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng((self.seed, epoch)).permutation(self.indices)
+
+
+def test_a_state_refused_for_its_count_leaves_the_seed_and_order_as_they_were(whole):
+    state = {**saved_state(whole, seed=11), "samples": 3}
+    for order in (OrderOption.RANDOM, SeededShuffle):
+        with Loader(whole, batch_size=8, num_workers=0, pipelines=PIPELINES, seed=None, order=order) as loader:
+            seed, built, first = loader.seed, loader.order, loader.epoch_batches(0)
+            with pytest.raises(ResumeError, match="does not hold together"):
+                loader.load_state_dict({**state, "order": describe_order(loader.order)})
+            assert (loader.seed, loader.order) == (seed, built)
+            assert all(np.array_equal(a, b) for a, b in zip(loader.epoch_batches(0), first))
