@@ -395,6 +395,10 @@ def _from_pil(value: Any, channels: int) -> np.ndarray:
     never dropped silently: for a field without one it is an EncodeError saying how to drop or keep it."""
     modes = {"L": None, "RGB": None, "RGBA": None, "I;16": "<u2"}
     mode = getattr(value, "mode", None)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise EncodeError(f"expected an image (numpy array, PIL image or JPEG bytes), got {type(value).__name__} "
+                          f"that {_not_jpeg(bytes(value[:16]))}: decode other formats first, e.g. "
+                          "np.asarray(PIL.Image.open(io.BytesIO(data)).convert('RGB'))")
     if not isinstance(mode, str):  # a PIL image's mode is its name; a torch tensor's .mode is a method
         raise EncodeError(f"expected an image (numpy array, PIL image or JPEG bytes), got {type(value).__name__}")
     has_alpha = mode in ("RGBA", "LA", "La", "RGBa", "PA") or (mode == "P" and "transparency" in value.info)
@@ -406,6 +410,21 @@ def _from_pil(value: Any, channels: int) -> np.ndarray:
         value = value.convert("RGBA" if has_alpha else "RGB")
     array = np.asarray(value)
     return array.astype(modes[value.mode]) if modes.get(value.mode) else array
+
+
+#: the first bytes of image files that are not JPEGs, as bytes handed to a field often are
+_OTHER_FORMATS = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"), (b"BM", "BMP"),
+                  (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
+
+
+def _not_jpeg(head: bytes) -> str:
+    """What bytes that do not start as a JPEG (FF D8) are, as far as their first bytes say."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "hold a WebP image, not a JPEG"
+    if head[4:12] in (b"ftypavif", b"ftypheic", b"ftypheix", b"ftypmif1"):
+        return "hold an AVIF or HEIF image, not a JPEG"
+    known = next((name for magic, name in _OTHER_FORMATS if head.startswith(magic)), None)
+    return f"hold a {known} image, not a JPEG" if known else f"do not start as a JPEG does (FF D8): {head[:8]!r}"
 
 
 def _decode_for_rewrite(data: bytes, channels: int) -> np.ndarray:

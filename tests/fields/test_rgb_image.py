@@ -197,6 +197,11 @@ def test_bad_field_arguments(kwargs, message):
     (b"\xff\xd8garbage", "JPEG bytes cannot be read"), ("a string", "expected an image"),
     (torch.zeros((3, 4, 4), dtype=torch.uint8), r"expected an image \(numpy array, PIL image or JPEG bytes\), got "
                                                 "Tensor"),
+    (cv2.imencode(".png", PHOTOS[1])[1].tobytes(), r"got bytes that hold a PNG image, not a JPEG: decode other "
+                                                   r"formats first, e.g. np.asarray\(PIL.Image.open"),
+    (cv2.imencode(".webp", PHOTOS[1])[1].tobytes(), "hold a WebP image"),
+    (bytearray(b"GIF89a\x01\x00"), "got bytearray that hold a GIF image"),
+    (b"", r"do not start as a JPEG does \(FF D8\): b''"),
 ])
 def test_bad_images_name_sample_and_field(tmp_path, value, message):
     with pytest.raises(EncodeError, match=message) as caught:
