@@ -21,12 +21,13 @@ class Window(NamedTuple):
 
 
 def splice_window(payload: np.ndarray, height: int, width: int, region: tuple[int, int, int, int],
-                  exact_upsampling: bool) -> Window | None:
+                  exact_upsampling: bool, factor: int = 1) -> Window | None:
     """The window of restart segments holding ``region`` (top, bottom, left, right) of a JPEG with restart markers
-    that tile it, spliced into a JPEG of its own; None where the window is the whole image (decoded as it is)."""
+    that tile it, for a decode at 1/``factor``, spliced into a JPEG of its own; None where the window is the whole
+    image (decoded as it is)."""
     spliced = np.empty(payload.size, np.uint8)  # the size the decoders give it
     frame, frame_height, frame_width, _, length, top, left, window_height, window_width = splice_crop(
-        payload, uint64_words(payload), height, width, *region, 1, exact_upsampling, spliced)
+        payload, uint64_words(payload), height, width, *region, factor, exact_upsampling, spliced)
     assert frame >= 0 and (frame_height, frame_width) == (height, width)
     if window_height == 0:
         return None

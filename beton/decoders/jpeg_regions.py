@@ -44,15 +44,24 @@ __all__ = ["rows_to_decode", "decode_rows", "splice_crop", "decode_spliced", "ui
 _SKIPPED_TO_THE_END = "extraneous bytes before marker 0xd9"  # libjpeg's JWRN_EXTRANEOUS_DATA, before EOI
 
 
-@numba.njit(cache=True)
-def rows_to_decode(bottom, height, mcu_height, exact_upsampling):
-    """Image rows to decode so that rows ``[0, bottom)`` come out exactly as in a full decode.
+@numba.njit(cache=True, inline="always")
+def upsampling_margin(mcu_size, factor, exact_upsampling):
+    """Image pixels past a region's edge (on the axis whose MCU side is ``mcu_size``) whose chroma the region's
+    pixels read, at 1/``factor``. libjpeg's smooth (triangle) chroma upsampling of a 2x subsampled axis blends
+    each pixel's chroma sample with the neighbour on that pixel's side, so an edge pixel reads one more sample only
+    where the region ends on a sample's border: the sample that starts one scaled pixel past it. ``mcu_size // 8``
+    is the axis's largest sampling factor: 1 for an axis that is not subsampled (no margin); above 2 (no triangle
+    filter then) the margin is more than needed. The box filter of ``fastupsample`` looks at nothing outside a
+    sample."""
+    return (mcu_size // 8 - 1) * factor if exact_upsampling else 0
 
-    Whole MCU rows; with libjpeg's smooth (triangle) chroma upsampling one MCU row more, because each row's
-    chroma is interpolated with the next MCU row's (the box filter of ``fastupsample`` looks at nothing below).
-    """
-    rows = -(-bottom // mcu_height) * mcu_height + (mcu_height if exact_upsampling else 0)
-    return min(rows, height)
+
+@numba.njit(cache=True)
+def rows_to_decode(bottom, height, mcu_height, factor, exact_upsampling):
+    """Image rows to decode at 1/``factor`` so that rows ``[0, bottom)`` come out exactly as in a full decode:
+    whole MCU rows, down to the chroma the last scaled row reads (:func:`upsampling_margin`)."""
+    bottom = -(-bottom // factor) * factor + upsampling_margin(mcu_height, factor, exact_upsampling)
+    return min(-(-bottom // mcu_height) * mcu_height, height)
 
 
 def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[int], np.ndarray],
@@ -78,15 +87,19 @@ def decode_rows(payload: np.ndarray, frame: int, rows: int, buffer: Callable[[in
 
 
 @numba.njit(cache=True)
-def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling):
-    """The smallest rectangle of restart segments whose decode holds the pixels of the region [top, bottom) x
-    [left, right) exactly as a full decode does: segment rows [row0, row1) and columns [column0, column1) of a grid
-    ``columns`` segments wide and ``segments`` long in all, then its top, left, height and width in pixels. row0
-    is -1 if the JPEG's restart segments do not tile the image, or if the rectangle is the whole image.
+def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, factor, exact_upsampling):
+    """The smallest rectangle of restart segments whose decode at 1/``factor`` holds the pixels of the region
+    [top, bottom) x [left, right) exactly as a full decode does: segment rows [row0, row1) and columns [column0,
+    column1) of a grid ``columns`` segments wide and ``segments`` long in all, then its top, left, height and width
+    in pixels. row0 is -1 if the JPEG's restart segments do not tile the image, or if the rectangle is the whole
+    image.
 
-    With ``exact_upsampling`` (libjpeg's triangle filter) the rectangle takes one more segment on each side.
-    A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg picks the largest DCT scale
-    whose output is at least the size asked for, and 8 pixels or fewer decode to the same size at two scales.
+    With ``exact_upsampling`` (libjpeg's triangle filter) the rectangle also holds the chroma the region's edge
+    pixels blend with (:func:`upsampling_margin`): a segment more on a side only where the region ends within a
+    chroma sample of that segment's edge (it took one more on every side, decoding a fifth more of a typical
+    crop's window for nothing). A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg
+    picks the largest DCT scale whose output is at least the size asked for, and 8 pixels or fewer decode to the
+    same size at two scales.
     """
     per_row = -(-width // mcu_width)
     if interval <= 0 or per_row <= 0 or height <= 0:
@@ -98,11 +111,14 @@ def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, r
     else:
         return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
     rows = -(-height // unit_height)
-    margin = 1 if exact_upsampling else 0
-    row0, row1 = _widened(max(0, top // unit_height - margin), min(rows, -(-bottom // unit_height) + margin), rows,
-                          unit_height, height)
-    column0, column1 = _widened(max(0, left // unit_width - margin), min(columns, -(-right // unit_width) + margin),
-                                columns, unit_width, width)
+    margin_y = upsampling_margin(mcu_height, factor, exact_upsampling)
+    margin_x = upsampling_margin(mcu_width, factor, exact_upsampling)
+    # scaled pixels, widened by the chroma their edge pixels blend with
+    top, left = max(0, top - top % factor - margin_y), max(0, left - left % factor - margin_x)
+    bottom, right = -(-bottom // factor) * factor + margin_y, -(-right // factor) * factor + margin_x
+    row0, row1 = _widened(top // unit_height, min(rows, -(-bottom // unit_height)), rows, unit_height, height)
+    column0, column1 = _widened(left // unit_width, min(columns, -(-right // unit_width)), columns, unit_width,
+                                width)
     if row0 == 0 and row1 == rows and column0 == 0 and column1 == columns:
         return -1, 0, 0, 0, 0, 0, 0, 0, 0, 0
     window_top, window_left = row0 * unit_height, column0 * unit_width
@@ -217,10 +233,10 @@ def splice_crop(payload, words, height, width, top, bottom, left, right, factor,
         return frame, frame_height, frame_width, 0, -1, 0, 0, 0, 0
     if interval == 0:
         scaled_bottom = min(-(-height // factor), -(-bottom // factor))  # the last decoded row the crop touches
-        return frame, frame_height, frame_width, rows_to_decode(scaled_bottom * factor, height, mcu_height,
+        return frame, frame_height, frame_width, rows_to_decode(scaled_bottom * factor, height, mcu_height, factor,
                                                                 exact_upsampling), -1, 0, 0, 0, 0
     row0, row1, column0, column1, columns, segments, window_top, window_left, window_height, window_width = \
-        _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, exact_upsampling)
+        _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, right, factor, exact_upsampling)
     length = -1
     if row0 >= 0:
         length = _splice(payload, words, scan_start, frame, row0, row1, column0, column1, columns, segments,

@@ -61,7 +61,7 @@ def test_the_rows_above_the_bottom_are_those_of_a_full_decode(kind, height, widt
     full = simplejpeg.decode_jpeg(data, min_height=-(-height // factor), **options).reshape(-1, options["min_width"],
                                                                                            channels)
     needed = max(1, round(bottom * full.shape[0]))  # rows of the scaled image the crop needs
-    rows = rows_to_decode(needed * factor, height, layout.mcu_height, exact_upsampling=not fast)
+    rows = rows_to_decode(needed * factor, height, layout.mcu_height, factor, exact_upsampling=not fast)
     assert rows % layout.mcu_height == 0 or rows == height
     if rows == height:
         return  # nothing to cut: the decoder decodes the payload as it is
@@ -81,9 +81,9 @@ def test_smooth_upsampling_needs_the_extra_mcu_row():
     decode_rows(payload, offset, 64, lambda n: np.empty(n, np.uint8), out, colorspace="RGB", min_width=150)
     assert not np.array_equal(out, full[:64])  # the bottom row's chroma has no row below to blend with
     np.testing.assert_array_equal(out[:48], full[:48])
-    assert rows_to_decode(64, 200, mcu, exact_upsampling=True) == 80
-    assert rows_to_decode(64, 200, mcu, exact_upsampling=False) == 64
-    assert rows_to_decode(199, 200, mcu, exact_upsampling=False) == 200
+    assert rows_to_decode(64, 200, mcu, 1, exact_upsampling=True) == 80
+    assert rows_to_decode(64, 200, mcu, 1, exact_upsampling=False) == 64
+    assert rows_to_decode(199, 200, mcu, 1, exact_upsampling=False) == 200
 
 
 def test_progressive_and_foreign_bytes_are_decoded_whole():
@@ -224,34 +224,74 @@ def test_a_frame_that_disagrees_with_the_data_table_raises(tmp_path, whole):
             next(iter(loader))
 
 
+def assert_window_is_exact(payload: np.ndarray, full: np.ndarray, region: tuple[int, int, int, int], factor: int,
+                           fast: bool) -> None:
+    """The window splice_crop takes for ``region`` (top, bottom, left, right; top and left on a scaled pixel)
+    holds the region as ``full`` (the whole image decoded at 1/``factor``) does; with ``fast``, all of it."""
+    height, width = full.shape[0] * factor, full.shape[1] * factor  # at least the image's: only compared inside
+    top, bottom, left, right = region
+    window = splice_window(payload, *simplejpeg.decode_jpeg_header(payload.tobytes())[:2], region,
+                           exact_upsampling=not fast, factor=factor)
+    if window is None:  # the whole image: decoded as it is
+        return
+    assert window.top <= top and bottom <= window.top + window.height <= height
+    assert window.left <= left and right <= window.left + window.width <= width
+    assert window.top % factor == 0 and window.left % factor == 0
+    out = np.empty((-(-window.height // factor), -(-window.width // factor), 3), np.uint8)
+    decode_spliced(window.jpeg, out, min_width=out.shape[1], colorspace="RGB", min_factor=factor, fastupsample=fast)
+    y, x = window.top // factor, window.left // factor
+    inside = (slice((top - window.top) // factor, -(-(bottom - window.top) // factor)),
+              slice((left - window.left) // factor, -(-(right - window.left) // factor)))
+    np.testing.assert_array_equal(out[inside], full[y : y + out.shape[0], x : x + out.shape[1]][inside],
+                                  err_msg=f"region {region}, window {window[:4]}")
+    if fast:  # nothing outside a segment is looked at: the whole window is exact
+        np.testing.assert_array_equal(out, full[y : y + out.shape[0], x : x + out.shape[1]])
+
+
+def full_decode(data: bytes, factor: int, fast: bool) -> np.ndarray:
+    height, width = simplejpeg.decode_jpeg_header(data)[:2]
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", min_factor=factor, fastupsample=fast,
+                                  min_height=-(-height // factor), min_width=-(-width // factor))
+
+
 @pytest.mark.parametrize("kind", ["segments", "segments-rows"])
 @given(height=st.integers(1, 300), width=st.integers(1, 300), factor=st.sampled_from([1, 2, 4, 8]),
        fast=st.booleans(), corners=st.lists(st.floats(0, 1), min_size=4, max_size=4))
 def test_a_window_of_restart_segments_decodes_as_the_full_image_there(kind, height, width, factor, fast, corners):
     data, _ = encoded(kind, height, width, seed=height * width)
     payload = np.frombuffer(data, np.uint8)
-    options = {"colorspace": "RGB", "min_factor": factor, "fastupsample": fast}
-    full = simplejpeg.decode_jpeg(data, min_height=-(-height // factor), min_width=-(-width // factor), **options)
     (top, bottom), (left, right) = (sorted(round(c * size) for c in corners[k : k + 2])
                                     for k, size in ((0, height), (2, width)))
     top, left = min(top, height - 1), min(left, width - 1)
     top, left = top - top % factor, left - left % factor  # the decoder asks for regions starting on a scaled pixel
     bottom, right = min(max(bottom, top + 1), height), min(max(right, left + 1), width)
-    window = splice_window(payload, height, width, (top, bottom, left, right), exact_upsampling=not fast)
-    if window is None:  # the whole image: decoded as it is
-        return
-    assert window.top <= top and bottom <= window.top + window.height
-    assert window.left <= left and right <= window.left + window.width
-    assert window.top % factor == 0 and window.left % factor == 0
-    out = np.empty((-(-window.height // factor), -(-window.width // factor), 3), np.uint8)
-    decode_spliced(window.jpeg, out, min_width=out.shape[1], **options)
-    y, x = window.top // factor, window.left // factor
-    inside = (slice((top - window.top) // factor, -(-(bottom - window.top) // factor)),
-              slice((left - window.left) // factor, -(-(right - window.left) // factor)))
-    np.testing.assert_array_equal(out[inside], full[y : y + out.shape[0], x : x + out.shape[1]][inside])
-    if fast:  # nothing outside a segment is looked at: the whole window is exact
-        np.testing.assert_array_equal(out, full[y : y + out.shape[0], x : x + out.shape[1]])
+    assert_window_is_exact(payload, full_decode(data, factor, fast), (top, bottom, left, right), factor, fast)
     assert bytes(payload) == data
+
+
+@pytest.mark.parametrize("kind", ["segments", "marked-420", "marked-422", "marked-440", "marked-444"])
+@pytest.mark.parametrize("factor", [1, 2])
+def test_a_window_holds_the_chroma_its_edges_blend_with_at_every_border(kind, factor):
+    """Each edge of a region on every pixel from 3 before to 3 after each MCU border (segment borders among them):
+    smooth upsampling blends an edge pixel's chroma with the next sample only where the edge is on a sample's
+    border, so the window takes a segment more on that side then, and only then (it once took one on every side).
+    Hypothesis's corners rarely land on a border; this walks every case there."""
+    height, width = 80, 176  # 11 MCUs a row: markers every MCU (as beton adds them to such rows), or every 11
+    data, _ = encoded(kind, height, width, seed=3)
+    payload, full = np.frombuffer(data, np.uint8), full_decode(data, factor, fast=False)
+    for border in range(8, width, 8):
+        for edge in range(border - 3, border + 4):
+            for region in ((40, 72, edge - edge % factor, width), (40, 72, 0, edge), (40, 72, 24, edge)):
+                if region[2] < region[3]:
+                    assert_window_is_exact(payload, full, region, factor, fast=False)
+            if border < height:
+                for region in ((edge - edge % factor, height, 40, 120), (0, edge, 40, 120), (16, edge, 40, 120)):
+                    if region[0] < region[1] <= height:
+                        assert_window_is_exact(payload, full, region, factor, fast=False)
+    if kind != "segments":  # segments of 1 or 2 MCUs (16 px): 40 px take 3 of them, and once took 5 everywhere
+        spans = [splice_window(payload, height, width, (40, 72, left, left + 40), exact_upsampling=True,
+                               factor=factor) for left in range(24, 120, factor)]
+        assert min(window.width for window in spans) == 48
 
 
 def test_smooth_upsampling_needs_the_extra_segment():
