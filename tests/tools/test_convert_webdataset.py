@@ -105,7 +105,7 @@ def test_bad_samples_fail_or_are_skipped_with_shard_and_key(tmp_path):
     report = beton.convert.webdataset(path, tmp_path / "o.beton", on_error="skip", num_workers=2, progress=False)
     reasons = {item.source.rsplit(" ", 1)[1]: item.reason for item in report.skipped}
     assert reasons == {
-        "no-label": "has no .cls",
+        "no-label": "has no .cls (if the key's other files come later in the shard, the tar is not grouped by key)",
         "extra": "has extensions the first sample lacks: depth.png (choose the fields with extensions=..., "
                  "--extensions)",
         "bad-int": ".cls holds b'cat', not an integer",
@@ -115,6 +115,29 @@ def test_bad_samples_fail_or_are_skipped_with_shard_and_key(tmp_path):
     }
     with beton.Reader(tmp_path / "o.beton") as reader:
         assert [reader[i][-1] for i in range(len(reader))] == ["g0", "g1", "g2"]
+
+
+def test_a_tar_not_grouped_by_key_is_named_as_such(tmp_path):
+    """A key whose files are split by another key's (a tar written unsorted) was two incomplete samples, each
+    refused only as missing what the other held; a key met again after a complete sample made a second sample
+    with the same key."""
+    split, whole = sample(0), sample(1)
+    first_part = {extension: split[extension] for extension in ("jpg", "cls")}
+    second_part = {extension: data for extension, data in split.items() if extension not in first_part}
+    path = shard(tmp_path / "unsorted.tar", [("a", first_part), ("b", whole), ("a", second_part), ("c", sample(2)),
+                                             ("b", sample(3))])
+    with pytest.raises(ConversionError, match=r"unsorted.tar a: has no .json \(if the key's other files come later "
+                                              r"in the shard, the tar is not grouped by key\)"):
+        beton.convert.webdataset(path, tmp_path / "o.beton", extensions=["jpg", "cls", "json"], num_workers=0,
+                                 progress=False)
+    report = beton.convert.webdataset(path, tmp_path / "o.beton", extensions=["jpg", "cls", "json"], on_error="skip",
+                                      num_workers=0, progress=False)
+    reasons = [(item.source.rsplit(" ", 1)[1], item.reason) for item in report.skipped]
+    together = ("its files are not together: the key came earlier in this shard, apart from these (a tar not grouped "
+                "by key; write each key's files one after another, e.g. tar --sort=name)")
+    assert [key for key, _ in reasons] == ["a", "a", "b"] and reasons[1][1] == reasons[2][1] == together
+    with beton.Reader(tmp_path / "o.beton") as reader:
+        assert [reader[i][-1] for i in range(len(reader))] == ["b", "c"]  # b once: the first, complete one
 
 
 def member_offsets(path) -> list[tuple[str, int, int]]:

@@ -9,8 +9,9 @@ one by one, by a brace pattern (``shards/train-{000000..000146}.tar``) or by a f
 Extensions become fields named after them. Which: ``extensions=["jpg;png", "cls"]`` (webdataset's
 ``to_tuple`` syntax: alternatives separated by ``;``, the field named after the first), or by default every
 extension of the first sample. Every sample must then have each field's extension (exactly one of the
-alternatives) - a sample without one, or with an extension the first sample lacks when nothing was
-chosen, is a bad sample: the conversion fails naming the shard and key, or with ``on_error="skip"`` it is
+alternatives) - a sample without one, with an extension the first sample lacks when nothing was
+chosen, or with a key that came earlier in the shard, apart from its files (a tar not grouped by key), is a bad
+sample: the conversion fails naming the shard and key, or with ``on_error="skip"`` it is
 left out and listed in the report. The key is stored too, as a JSONField ``__key__`` (``keep_key=False`` drops
 it).
 
@@ -231,7 +232,8 @@ class _Samples:
             present = [extension for extension in options if extension in members]
             if len(present) != 1:
                 wanted = " or ".join(f".{extension}" for extension in options)
-                raise _BadSample(f"has no {wanted}" if not present else f"has both {' and '.join(present)}")
+                raise _BadSample(f"has no {wanted}{_SPLIT_HINT}" if not present
+                                 else f"has both {' and '.join(present)}")
             used.add(present[0])
             values.append(_parse(kind, present[0], members[present[0]]))
         extra = sorted(set(members) - used)
@@ -239,6 +241,10 @@ class _Samples:
             raise _BadSample(f"has extensions the first sample lacks: {', '.join(extra)} (choose the fields with "
                              "extensions=..., --extensions)")
         return values
+
+
+#: a sample missing an extension may be the first part of a key whose other files come later in the shard
+_SPLIT_HINT = " (if the key's other files come later in the shard, the tar is not grouped by key)"
 
 
 class _BadSample(Exception):
@@ -269,6 +275,7 @@ def _groups(path: str, refuse: Any, max_file_bytes: int | None) -> Iterator[tupl
     samples, and the one it broke in), a sample with a repeated extension or a member larger than
     ``max_file_bytes`` (not read) is refused."""
     key, members, problem = None, {}, None
+    ended = set()  # keys whose files ended: one met again is a tar not grouped by key (its text: bounded by the shard)
     try:
         with tarfile.open(path, mode="r|*", tarinfo=_BoundedTarInfo) as archive:
             for member in archive:
@@ -281,8 +288,13 @@ def _groups(path: str, refuse: Any, max_file_bytes: int | None) -> Iterator[tupl
                 name = f"{directory}/{stem}" if directory else stem
                 if name != key:
                     if key is not None:
+                        ended.add(key)
                         yield from _finished(path, key, members, problem, refuse)
                     key, members, problem = name, {}, None
+                    if key in ended:  # webdataset reads it as two samples, each missing what the other holds
+                        problem = ("its files are not together: the key came earlier in this shard, apart from these "
+                                   "(a tar not grouped by key; write each key's files one after another, e.g. "
+                                   "tar --sort=name)")
                 if max_file_bytes is not None and member.size > max_file_bytes:
                     problem = problem or (f"member {member.name!r} is {member.size} bytes, more than max_file_bytes="
                                           f"{max_file_bytes} (--max-file-bytes); it was not read")
