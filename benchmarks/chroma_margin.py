@@ -7,7 +7,7 @@
 On the benchmark suite's photos (``make_jpegs``, ~256 and ~500 px, restart markers as the field adds them) and
 CenterCrop-224's crops: the old tree's ``beton/decoders/jpeg_regions.py`` (loaded under another name) and this
 tree's splice each crop's window, which is decoded (``fastupsample=False``) and resized into the output; one
-thread, CPU time, rounds alternating which goes first. Reports the pixels each decodes as a share of the images'
+thread, CPU time, rounds alternating which goes first (after a warm-up of each). Reports the pixels each decodes as a share of the images'
 and the median ratio of new over old CPU time with its quartiles. Writes benchmarks/results/chroma_margin.json.
 (The fresh NUMBA_CACHE_DIR: numba's cache cannot reload a module loaded under a name of its own.)
 """
@@ -30,6 +30,7 @@ from beton.decoders.rgb_image import choose_dct_factor, resize_into, single_thre
 from beton.random import operation_key
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import alternating_cpu_seconds, ratio_quartiles
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "chroma_margin.json")
 
@@ -80,18 +81,13 @@ def scenario(side: int, images: int, repeats: int, old) -> dict:
 
     total = sum(height * width for height, width in shapes)
     shares = {"old": run(old) / total, "new": run(new_regions) / total}
-    seconds: dict[str, list[float]] = {"old": [], "new": []}
-    for round_ in range(repeats):
-        for name in ("old", "new") if round_ % 2 else ("new", "old"):
-            start = time.thread_time()
-            run(old if name == "old" else new_regions)
-            seconds[name].append(time.thread_time() - start)
-    ratios = sorted(new / old_ for new, old_ in zip(seconds["new"], seconds["old"]))
+    seconds = alternating_cpu_seconds({"old": lambda: run(old), "new": lambda: run(new_regions)}, repeats,
+                                      clock=time.thread_time)
+    ratio = ratio_quartiles(seconds["new"], seconds["old"])
     return {"pixels_decoded_share": {name: round(share, 3) for name, share in shares.items()},
             "us_per_image_median": {name: round(statistics.median(values) / images * 1e6, 1)
                                     for name, values in seconds.items()},
-            "new_over_old_median": round(statistics.median(ratios), 3),
-            "new_over_old_quartiles": [round(ratios[len(ratios) // 4], 3), round(ratios[3 * len(ratios) // 4], 3)]}
+            "new_over_old_median": ratio["median"], "new_over_old_quartiles": ratio["quartiles"]}
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-import time
 
 import cv2
 import numpy as np
@@ -32,6 +31,7 @@ from beton.random import operation_key
 from beton.tools.bench.contenders import write_beton_images
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import alternating_cpu_seconds
 from beton.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "crop_pipeline_profile.json")
@@ -64,15 +64,8 @@ def steps(jpegs: list[bytes], path: str) -> dict:
 
 
 def profile(jpegs: list[bytes], path: str, repeats: int) -> dict:
-    functions = steps(jpegs, path)
-    for function in functions.values():  # warm-up: compilation, page cache
-        function()
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
-            start = time.process_time()
-            function()
-            times[name].append((time.process_time() - start) / len(jpegs) * 1e6)
+    times = {name: [value / len(jpegs) * 1e6 for value in values]  # after a warm-up: compilation, page cache
+             for name, values in alternating_cpu_seconds(steps(jpegs, path), repeats).items()}
     decode = times["decode (crop only)"]
     return {"us_per_image_median": {name: round(statistics.median(values), 1) for name, values in times.items()},
             "over_decode_paired_median": {name: round(statistics.median(v / d for v, d in zip(values, decode)), 3)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import numpy as np
 import simplejpeg
@@ -27,6 +26,7 @@ from beton.pipeline.operation import Scratch
 from beton.random import operation_key
 from beton.tools.bench.data import make_jpegs
 from beton.tools.bench.report import argument_parser, run_header, save_json
+from beton.tools.bench.timing import alternating_cpu_seconds, ratio_quartiles
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "restart_interval.json")
 MCU_WIDTH = 16  # the photos are 4:2:0
@@ -62,18 +62,11 @@ def whole_runner(payloads):
 
 
 def alternating(runs: dict, repeats: int, count: int) -> dict:
-    for run in runs.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.process_time()
-            run()
-            times[name].append((time.process_time() - start) / count * 1e6)
-    ratios = [new / old for old, new in zip(times["old"], times["new"])]
+    times = {name: [value / count * 1e6 for value in values]
+             for name, values in alternating_cpu_seconds(runs, repeats).items()}
+    ratio = ratio_quartiles(times["new"], times["old"])
     return {"cpu_us_per_image_median": {name: round(statistics.median(values), 1) for name, values in times.items()},
-            "new_over_old_median": round(statistics.median(ratios), 3),
-            "new_over_old_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)]}
+            "new_over_old_median": ratio["median"], "new_over_old_quartiles": ratio["quartiles"]}
 
 
 def main() -> None:
