@@ -32,7 +32,8 @@ def same(a, b) -> bool:
 
 def read_everything(url: str, local_path: str, cache_dir: str, **options) -> beton.Reader:
     """Every sample read through the disk cache equals the local file's; the reader's page counters stay."""
-    with beton.Reader(url, remote=dataclasses.replace(FAST, cache_dir=cache_dir, **options)) as remote, beton.Reader(local_path) as local:
+    options = dataclasses.replace(FAST, cache_dir=cache_dir, **options)
+    with beton.Reader(url, remote=options) as remote, beton.Reader(local_path) as local:
         for i in range(len(local)):
             assert all(same(x, y) for x, y in zip(remote[i], local[i])), f"sample {i}"
         return remote
