@@ -7,8 +7,9 @@
 On the benchmark suite's photos (``make_jpegs``, ~256 and ~500 px, restart markers as the field adds them) and
 CenterCrop-224's crops: the old tree's ``beton/decoders/jpeg_regions.py`` (loaded under another name) and this
 tree's splice each crop's window, which is decoded (``fastupsample=False``) and resized into the output; one
-thread, CPU time, rounds alternating which goes first (after a warm-up of each). Reports the pixels each decodes as a share of the images'
-and the median ratio of new over old CPU time with its quartiles. Writes benchmarks/results/chroma_margin.json.
+thread, CPU time, rounds alternating which goes first (after a warm-up of each). Reports the pixels each decodes
+as a share of the images' and the median ratio of new over old CPU time with its quartiles. Writes
+benchmarks/results/chroma_margin.json.
 (The fresh NUMBA_CACHE_DIR: numba's cache cannot reload a module loaded under a name of its own.)
 """
 
