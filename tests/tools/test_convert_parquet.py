@@ -263,8 +263,9 @@ def test_nan_in_a_json_column_is_refused_not_turned_into_null(tmp_path):
     pq.write_table(pa.table({"x": pa.array([1.0, float("nan")])}), tmp_path / "f.parquet")
     report = beton.convert.parquet(tmp_path / "f.parquet", tmp_path / "f.beton", types={"x": "json"},
                                    on_error="skip", num_workers=0, progress=False)
-    assert [item.reason for item in report.skipped] == [
-        "field 'x': value is not JSON-serialisable: Out of range float values are not JSON compliant"]
+    (skipped,) = report.skipped  # Python's own words follow (3.13 adds the value: "...compliant: nan")
+    assert skipped.reason.startswith("field 'x': value is not JSON-serialisable: Out of range float values are not "
+                                     "JSON compliant")
     json.dumps(report.to_json())
 
 
