@@ -443,8 +443,14 @@ class Loader:
         self.set_fidelity(scans)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration run this epoch from its start (as DistributedSampler.set_epoch)."""
-        self._next_epoch, self._next_batch, self._resumed = _whole("epoch", epoch, 0), 0, ()
+        """Make the next iteration run this epoch (as DistributedSampler.set_epoch): from its start, unless the
+        Loader is to resume this very epoch (``load_state_dict``, or a batch size changed mid-epoch), which it then
+        still does. Loops call ``set_epoch(epoch)`` at the top of every epoch, the resumed one included: resetting
+        it there replayed the samples trained before the checkpoint."""
+        epoch = _whole("epoch", epoch, 0)
+        if epoch == self._next_epoch and (self._next_batch or self._resumed):
+            return
+        self._next_epoch, self._next_batch, self._resumed = epoch, 0, ()
         self._progress = None  # state_dict() now names this epoch's start, not an interrupted one
 
     # ---- resume -------------------------------------------------------------------------------------------

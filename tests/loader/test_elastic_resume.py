@@ -195,6 +195,37 @@ def test_resuming_twice_in_one_epoch_still_gives_every_sample_once(whole):
     assert sorted(seen + rest) == list(range(COUNT))
 
 
+@pytest.mark.parametrize("new", [(2, 5), (1, 8)], ids=["another-plan", "the-same-plan"])
+def test_a_loop_that_sets_each_epoch_resumes_the_one_it_sets_first(whole, new):
+    """``for epoch in range(state["epoch"], n): loader.set_epoch(epoch); for batch in loader: ...`` (torch's
+    habit) after load_state_dict: set_epoch(the state's epoch) started it over, replaying the samples trained before
+    the checkpoint; another epoch still starts from its start."""
+    first = Job(whole, 1, 8)
+    for loader in first.loaders:
+        loader.set_epoch(1)
+    seen = flat(first.epoch(stop_after=4))
+    state = first.state()
+    first.close()
+    resumed = Job(whole, *new).load(state)
+    for loader in resumed.loaders:
+        loader.set_epoch(state["epoch"])
+    rest = flat(resumed.epoch())  # 2 ranks pad with a repeat of the rest's own first sample
+    assert not set(seen) & set(rest) and set(seen) | set(rest) == set(range(COUNT))
+    for loader in resumed.loaders:
+        loader.set_epoch(1)  # the epoch just finished, again: from its start
+    assert set(flat(resumed.epoch())) == set(range(COUNT))
+    resumed.close()
+    again = Job(whole, *new).load(state)
+    for loader in again.loaders:
+        loader.set_epoch(2)  # another epoch than the state's: the resume is dropped, that epoch starts
+    fresh = Job(whole, *new)
+    for loader in fresh.loaders:
+        loader.set_epoch(2)
+    assert again.epoch() == fresh.epoch()
+    again.close()
+    fresh.close()
+
+
 def test_the_same_plan_resumes_batch_for_batch(whole):
     """Same world size and batch size: each rank goes on with exactly its own next batches."""
     job = Job(whole, 3, 5, order=OrderOption.RANDOM)
