@@ -228,7 +228,10 @@ def _rows(blocks: Iterable[Block], fields: Mapping[str, Field], json_text: bool)
     kinds = [_kind(field, json_text) for field in fields.values()]
     done = 0  # rows of the shard before this block, for errors
     for block in blocks:
-        batch = BlockAccessor.for_block(block).to_batch_format("numpy")
+        accessor = BlockAccessor.for_block(block)
+        if accessor.num_rows() == 0:  # a block a filter emptied: Ray may leave it without columns too
+            continue
+        batch = accessor.to_batch_format("numpy")
         _check_columns(list(batch), names)
         for name, kind in zip(names, kinds):
             if kind.startswith("json"):
