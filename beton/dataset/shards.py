@@ -14,9 +14,10 @@
 * anything else is one beton file.
 
 A list concatenates what each entry names, in order. The fields of every file must be those of the first (the
-first difference is named in a :class:`~beton.errors.ShardError`); a file named twice is refused. For files named
-directly, the header and field table are read (:func:`~beton.storage.reader.read_head`: two small reads per file,
-for a URL as for a path), not the other tables: opening a shard is left to whoever reads it.
+first difference is named in a :class:`~beton.errors.ShardError`); a file named twice (under any spelling, or through
+a link) is refused. For files named directly, the header and field table are read
+(:func:`~beton.storage.reader.read_head`: two small reads per file, for a URL as for a path), not the other tables:
+opening a shard is left to whoever reads it.
 """
 
 from __future__ import annotations
@@ -116,9 +117,22 @@ def _one_file_manifests(paths: list[str], remote: RemoteOptions | None) -> dict[
         return dict(zip(paths, pool.map(one, paths)))  # in order: the first failure in order is raised
 
 
+def _file_identity(location: str) -> object:
+    """What makes two names one file: a URL as written; a local path by its device and inode, so that another
+    spelling (relative, ``./``, ``//``), a symbolic link or a hard link is the same file; its resolved path where it
+    cannot be looked up."""
+    if is_url(location):
+        return location
+    try:
+        status = os.stat(location)
+    except OSError:
+        return os.path.realpath(location)
+    return status.st_dev, status.st_ino
+
+
 def _concatenate(parts: list[Manifest]) -> Manifest:
     first = parts[0]
-    seen: dict[str, int] = {}
+    seen: dict[object, tuple[int, str]] = {}
     entries = []
     for part in parts:
         difference = fields_difference(first.fields, part.fields)
@@ -127,10 +141,13 @@ def _concatenate(parts: list[Manifest]) -> Manifest:
             raise locate(ShardError(f"its fields differ from those of {first.source or first.shards[0].location}: "
                                     f"{difference}"), path=where)
         for shard in part.shards:
-            if shard.location in seen:
-                raise locate(ShardError(f"named twice (as shard {seen[shard.location]} and {len(entries)}): a dataset "
+            identity = _file_identity(shard.location)
+            if identity in seen:
+                number, location = seen[identity]
+                spelled = "" if location == shard.location else f", first as {location!r}"
+                raise locate(ShardError(f"named twice (as shard {number} and {len(entries)}{spelled}): a dataset "
                                         "lists each file once"), path=shard.location)
-            seen[shard.location] = len(entries)
+            seen[identity] = len(entries), shard.location
             entries.append((shard.location, shard.num_samples, shard.header_sha256))
     return Manifest.of(entries, first.fields)
 

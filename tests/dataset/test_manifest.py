@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -302,6 +303,26 @@ def test_a_list_whose_fields_differ_names_the_file_and_field(shards, tmp_path):
     assert caught.value.path == shards[0] and "has argument dtype=\"<f4\", expected dtype=\"<f8\"" in str(caught.value)
     with pytest.raises(ShardError, match="named twice"):
         dataset_manifest([shards[0], shards[1], shards[0]])
+
+
+def test_one_file_under_two_names_is_named_twice(shards, tmp_path, monkeypatch):
+    """Another spelling of a path, a link or a hard link to it was a second shard: every sample came twice (a
+    glob listed relative next to absolute paths, or a folder's files and a link among them)."""
+    first = shards[0]
+    monkeypatch.chdir(os.path.dirname(first))
+    link, hard = tmp_path / "link.beton", tmp_path / "hard.beton"
+    os.symlink(first, link)
+    os.link(first, hard)
+    doubled = os.path.join(os.path.dirname(first), "", os.path.basename(first)).replace("/", "//", 1)
+    for other in (os.path.basename(first), f"./{os.path.basename(first)}", doubled, str(link), str(hard)):
+        with pytest.raises(ShardError, match=rf"named twice \(as shard 0 and 2, first as '{re.escape(first)}'\)"):
+            dataset_manifest([first, shards[1], other])
+        with pytest.raises(ShardError, match="named twice"):
+            beton.Loader([first, other], batch_size=4)
+    glob = os.path.join(os.path.dirname(first), "*.beton")
+    with pytest.raises(ShardError, match="named twice"):
+        dataset_manifest([glob, "./" + os.path.basename(first)])
+    assert len(dataset_manifest([first, *shards[1:]]).shards) == len(shards)  # distinct files stay accepted
 
 
 def test_what_names_no_dataset(tmp_path):
