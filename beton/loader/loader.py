@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from beton._cores import resolve_workers
-from beton.errors import PipelineError, ResumeError
+from beton.errors import LoaderError, PipelineError, ResumeError, locate
 from beton.fields.base import Field
 from beton.fields.scalar import FloatField, IntField
 from beton.loader.epoch import Delivery, EpochEngine, EpochIterator, Progress
@@ -82,12 +82,13 @@ class Loader:
         order: an :class:`OrderOption`, an :class:`~beton.order.Order` instance or subclass, or a subclass of
             FFCV's :class:`~beton.traversal_order.TraversalOrder` (default SEQUENTIAL, or RANDOM with
             ``shuffle=True``).
-        distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``).
+        distributed: shard by ``torch.distributed`` rank and world size (or by ``rank``/``world_size``). Building
+            the Loader is then a collective call (every rank builds it, as DDP code does): the ranks compare their
+            dataset (by content), ``indices``, order and seed, and a LoaderError on every rank names what differs.
         seed: a whole number of at least 0; seeds the order and every random augmentation; None draws one,
             recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
-            None, rank 0 draws one and broadcasts it through the process group (a collective call: every rank
-            builds its Loader, as DDP code does); with ``rank=``/``world_size=`` given by hand, the seed is 0
+            None, rank 0 draws one and broadcasts it through the process group; with ``rank=``/``world_size=`` given by hand, the seed is 0
             (as FFCV's).
         indices: the subset of samples to load (in this order for SEQUENTIAL): whole sample numbers; a boolean
             mask or floats are refused (``np.flatnonzero(mask)`` gives a mask's numbers).
@@ -211,7 +212,8 @@ class Loader:
         self.overwrite_kept = overwrite_kept
         self._indices = _resolve_indices(indices, self.reader.num_samples)
         self._rank, self._world_size = _resolve_shard(distributed, rank, world_size)
-        self.seed = _agree_seed(seed, self.world_size, collective=distributed and rank is None and world_size is None)
+        collective = distributed and rank is None and world_size is None  # the shard comes from the process group
+        self.seed = _agree_seed(seed, self.world_size, collective)
         self.order = self._resolve_order(order, order_kwargs)
         self._order_context = OrderContext(_sample_pages(self.reader), batch_size, _storage_modes(self.reader),
                                            _sample_lengths(self.reader), self.world_size, drop_last)
@@ -233,6 +235,27 @@ class Loader:
         self._progress_plan: Interruption | None = None  # and its own plan (batch_size may change after it)
         self._order_cache: tuple[Order, tuple, np.ndarray] | None = None  # (order, what for, the global order)
         self._identity_cache: Identity | None = None
+        if collective and self.world_size > 1:
+            self._check_the_ranks_agree()
+
+    def _check_the_ranks_agree(self) -> None:
+        """Every rank of the process group reads the same samples in the same order, or their shares overlap and
+        leave samples out, and they get different numbers of batches (a job hangs at the epoch's end): each rank's
+        dataset (by content), selection, order and seed, gathered and compared (a collective call, as the seed's
+        broadcast is). A LoaderError on every rank names the first rank that differs from rank 0, and how."""
+        names = ("dataset", "indices", "order", "seed")
+        mine = (*dataclasses.astuple(self._identity()), self.seed)
+        everyone: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(everyone, mine)
+        other = next((rank for rank, theirs in enumerate(everyone) if theirs != everyone[0]), None)
+        if other is not None:
+            differences = ", ".join(f"{name} {theirs!r} (rank 0: {first!r})" for name, first, theirs
+                                    in zip(names, everyone[0], everyone[other]) if first != theirs)
+            self.close()
+            raise locate(LoaderError(
+                f"the ranks did not open the same data: rank {other} has {differences}. Every rank must name the same "
+                "files (a glob listed while a writer still added shards sees fewer), indices, order and seed"),
+                path=self.reader.path)
 
     def _compile_pipelines(self) -> None:
         """Plan the pipelines as their operations are now, compile them, and build the engine (with its slots)."""

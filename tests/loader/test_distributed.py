@@ -11,8 +11,10 @@ import sys
 import pytest
 
 from beton import Loader
+from beton.dataset.shards import index
+from beton.fields import IntField
 
-from conftest import ANY_FILE_ORDERS, TESTS, window_of
+from conftest import ANY_FILE_ORDERS, TESTS, window_of, write
 
 SAMPLES = 202
 BATCH_SIZE = 16
@@ -58,6 +60,30 @@ def test_ranks_partition_every_epoch_of_every_order(image_file, tmp_path, world_
                             rank=rank, world_size=world_size, indices=range(SAMPLES),
                             order_kwargs=window_of(order)) as loader:
                     assert [b.tolist() for b in loader.epoch_batches(epoch)] == ranks[rank]["epochs"][epoch]
+
+
+@pytest.mark.parametrize("what", ["dataset", "seed"])
+def test_ranks_that_opened_different_data_are_refused_on_every_rank(tmp_path, what):
+    """A glob listed while a writer still added shards: one rank saw a shard fewer. Each rank shuffled and cut
+    its own dataset, so their shares overlapped and left samples out, and they got different numbers of batches
+    (a job hangs at the epoch's end). Seeds given by hand that differ did the same."""
+    shards = [write(tmp_path / f"part-{k}.beton", {"label": IntField()}, [(i,) for i in range(50 * k, 50 * k + 50)])
+              for k in range(4)]
+    sources, seeds = ([shards[:3], shards], ["7", "7"]) if what == "dataset" else ([shards, shards], ["7", "8"])
+    manifests = [str(tmp_path / f"rank{rank}.json") for rank in range(2)]
+    for manifest, source in zip(manifests, sources):
+        index(manifest, source)
+    outputs = [tmp_path / f"rank{rank}.out.json" for rank in range(2)]
+    processes = [subprocess.Popen([sys.executable, str(TESTS / "distributed_worker.py"), "|".join(manifests),
+                                   str(tmp_path / "rendezvous"), str(rank), "2", str(outputs[rank]), seeds[rank]],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    for process in processes:
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+    for rank in range(2):
+        outcome = json.loads(outputs[rank].read_text())
+        assert "error" in outcome, f"rank {rank} opened {outcome}"
+        assert f"the ranks did not open the same data: rank 1 has {what} " in outcome["error"]
 
 
 def test_distributed_without_a_process_group_is_a_clear_error(image_file):
