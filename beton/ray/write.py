@@ -31,7 +31,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,8 @@ from beton.fields import JSONField, TorchTensorField
 from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.storage.reader import Reader
-from beton.storage.remote import RemoteOptions, is_url
+from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote.fetch import filesystem
 from beton.storage.writer import DatasetWriter
 
 __all__ = ["BetonDatasink", "ShardWritten", "write_dataset"]
@@ -78,8 +79,8 @@ class BetonDatasink(Datasink):
         manifest: the manifest file's name in ``output`` (ends in ``.json``).
         prefix: shards are named ``<prefix>-<task index, 6 digits>.beton``.
         page_size, seed, metadata: as for :class:`~beton.DatasetWriter` (the same for every shard).
-        overwrite: remove a manifest and shards of this naming already in ``output`` (local directories only)
-            instead of refusing to write.
+        overwrite: remove a manifest and shards of this naming already in ``output`` (a directory, or a prefix of
+            an object store) instead of refusing to write.
         remote: how URLs are reached (:class:`~beton.storage.remote.RemoteOptions`), kept by the manifest.
         json_text: a ``JSONField`` column's strings are each value's JSON text (``json.dumps``; what
             :func:`~beton.ray.read_beton` gives), parsed before they are stored; without it a string is stored as a
@@ -134,7 +135,7 @@ class BetonDatasink(Datasink):
         :func:`write_dataset` and by each task before it writes.)"""
         if not is_url(self.output):
             os.makedirs(self.output, exist_ok=True)
-            self._clear_local_output()
+        self._clear_output()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> ShardWritten | None:
         """In a Ray task: the rows of ``blocks``, in order, to shard ``ctx.task_idx`` (None when there are none)."""
@@ -166,21 +167,38 @@ class BetonDatasink(Datasink):
     def get_name(self) -> str:
         return "Beton"
 
-    def _clear_local_output(self) -> None:
+    def _clear_output(self) -> None:
+        """Refuse an output holding the manifest or shards of another write (a glob of it would mix the two, and
+        shards of a larger earlier write would outlive a smaller one), or remove them with ``overwrite``: a local
+        directory, or a prefix of an object store (which is listed; an HTTP(S) URL cannot be, nor written)."""
         pattern = re.compile(re.escape(self.prefix) + r"-\d{6,}\.beton")
         tables = tables_file_name(self.manifest_name)
-        found = [name for name in sorted(os.listdir(self.output))
-                 if name in (self.manifest_name, tables) or pattern.fullmatch(name)]
+        names, remove = self._listing()
+        found = [name for name in sorted(names) if name in (self.manifest_name, tables) or pattern.fullmatch(name)]
         if not found:
             return
         if not self.overwrite:
             raise locate(WriterError(f"already holds {', '.join(found[:3])}{' ...' if len(found) > 3 else ''} of "
                                      "another write; overwrite=True removes them first"), path=self.output)
-        for name in [self.manifest_name, tables, *found]:  # the manifest first: it never names a missing file
-            try:
-                os.unlink(os.path.join(self.output, name))
-            except FileNotFoundError:
-                pass
+        for name in sorted(found, key=lambda name: name != self.manifest_name):  # the manifest first: it never
+            remove(name)                                                        # names a missing file
+
+    def _listing(self) -> tuple[list[str], Callable[[str], None]]:
+        """The names in the output, and how to remove one."""
+        if not is_url(self.output):
+            def unlink(name: str) -> None:
+                try:
+                    os.unlink(os.path.join(self.output, name))
+                except FileNotFoundError:
+                    pass
+            return os.listdir(self.output), unlink
+        fs, path = filesystem(self.output, remote_or_default(self.remote))
+        try:
+            entries = fs.ls(path, detail=False, refresh=True)
+        except FileNotFoundError:  # a prefix nothing was written under yet
+            return [], fs.rm
+        names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries]
+        return names, lambda name: fs.rm(f"{path.rstrip('/')}/{name}")
 
 
 def write_dataset(dataset: ray.data.Dataset, output: str | os.PathLike[str], fields: Mapping[str, Field], *,

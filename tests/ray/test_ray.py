@@ -348,3 +348,12 @@ def test_shards_and_manifest_go_to_object_storage_and_read_back_from_it(written)
         assert manifest.source == "s3://bucket/train/manifest.json"
         rows = read_beton(manifest.source, remote=remote, columns=["label"]).take_all()
         assert [row["label"] for row in rows] == [k - 20 for k in range(ROWS)]
+        # a second write to the prefix: refused, as for a directory (a smaller one left the larger one's last
+        # shards, which a glob of the prefix read with the new ones); with overwrite, only the new write is left
+        small = ray.data.from_items([{"label": 1}], override_num_blocks=1)
+        with pytest.raises(Exception, match="already holds manifest.json, manifest.tables, part-000000.beton"):
+            write_dataset(small, "s3://bucket/train", {"label": IntField()}, remote=remote)
+        write_dataset(small, "s3://bucket/train", {"label": IntField()}, remote=remote, overwrite=True)
+        store = fsspec.filesystem("s3", skip_instance_cache=True, **options)
+        assert sorted(path.rpartition("/")[2] for path in store.ls("bucket/train")) == [
+            "manifest.json", "manifest.tables", "part-000000.beton"]
