@@ -229,38 +229,48 @@ def read_tables_file(manifest: Manifest, verify_content: bool | None,
 
     Its size must be the manifest's before a byte is read. At a URL it is fetched in ranges of
     :data:`FETCH_BYTES` (the bounded, retried range reads of any remote file) into a local temporary file, hashed
-    as it arrives, so that its pin is checked before any parser sees its bytes; then it is read from that file as
-    a local one is."""
+    as it arrives, so that its pin is checked before any parser sees its bytes (a digest that differs is fetched
+    again within the retry budget, as a page is: a byte damaged on the way); then it is read from that file as a
+    local one is."""
     listed = manifest.tables
     assert listed is not None
     if not is_url(listed.location):
         return _read_tables_file(manifest, listed.location, verify_content)
+    options = remote_or_default(remote if remote is not None else manifest.remote)
     with error_context(path=listed.location), tempfile.TemporaryDirectory(prefix="beton-tables-") as directory:
         local = os.path.join(directory, "manifest.tables")
         try:
-            fetcher = RangeFetcher(listed.location, remote_or_default(remote if remote is not None else
-                                                                      manifest.remote))
+            fetcher = RangeFetcher(listed.location, options)
             _check_size(fetcher.size, listed.size)
-            sha256 = hashlib.sha256()
-            with open(local, "wb") as file:
-                for start in range(0, fetcher.size, FETCH_BYTES):
-                    end = min(fetcher.size, start + FETCH_BYTES)
-                    chunk = fetcher.fetch(start, end, f"the tables file (bytes {start}..{end})")
-                    sha256.update(chunk)
-                    file.write(chunk)
+            for _ in range(options.retries + 1):  # a digest that differs: a byte damaged on the way, fetched again
+                digest = _copy(fetcher, local)
+                if digest == listed.sha256:
+                    break
         except FileNotFoundError as error:
             raise _missing(error) from None
         except OSError as error:  # the local copy: a full disk, say
             if isinstance(error, BetonError):
                 raise
             raise FormatError(f"the tables file could not be copied to {local}: {error}") from None
-        _check_sha256(sha256.hexdigest(), listed.sha256)
+        _check_sha256(digest, listed.sha256)
         try:
             return _read_tables_file(manifest, local, verify_content)
         except BetonError as error:
             if getattr(error, "path", None) == local:  # the file the user knows is the URL
                 error.path = listed.location
             raise
+
+
+def _copy(fetcher: RangeFetcher, local: str) -> str:
+    """The remote tables file copied to ``local`` in ranges of :data:`FETCH_BYTES`; the SHA-256 of what arrived."""
+    sha256 = hashlib.sha256()
+    with open(local, "wb") as file:
+        for start in range(0, fetcher.size, FETCH_BYTES):
+            end = min(fetcher.size, start + FETCH_BYTES)
+            chunk = fetcher.fetch(start, end, f"the tables file (bytes {start}..{end})")
+            sha256.update(chunk)
+            file.write(chunk)
+    return sha256.hexdigest()
 
 
 def _missing(error: BaseException) -> FormatError:

@@ -405,6 +405,26 @@ def test_a_manifest_at_a_url_lists_shards_beside_it(http_shards, shards, tmp_pat
         assert a.read() == b.read()
 
 
+def test_a_tables_file_damaged_on_the_way_is_fetched_again(http_shards):
+    """One flipped byte in transit made the intact tables file "not the one the manifest lists" (run `beton index`
+    again); as a page or header, it is fetched again within the retry budget, and only a digest that stays wrong
+    is refused."""
+    from beton import RemoteOptions
+    from beton.dataset.union import open_dataset
+    from range_server import Fault
+
+    fast = RemoteOptions(retries=2, backoff=0.001, timeout=5.0)
+    url = http_shards.url("train.json")
+    http_shards.faults.append(Fault("corrupt", name="train.tables"))
+    with open_dataset(url, remote=fast) as opened:
+        assert opened.num_samples == 40
+    assert http_shards.faults[0].times == 0  # the damaged answer was given
+    http_shards.faults[:] = [Fault("corrupt", times=3, name="train.tables")]  # every try of the budget
+    with pytest.raises(FormatError, match="SHA-256 differs"):
+        open_dataset(url, remote=fast)
+    assert http_shards.faults[0].times == 0
+
+
 def test_s3_globs_and_manifests_written_to_s3(shards, tmp_path):
     from beton import RemoteOptions
 
