@@ -88,8 +88,8 @@ class Loader:
         seed: a whole number of at least 0; seeds the order and every random augmentation; None draws one,
             recorded in ``state_dict()``.
             Under ``distributed=True`` every rank must use the same seed, or the ranks' shares overlap: with
-            None, rank 0 draws one and broadcasts it through the process group; with ``rank=``/``world_size=`` given by hand, the seed is 0
-            (as FFCV's).
+            None, rank 0 draws one and broadcasts it through the process group; with ``rank=``/``world_size=``
+            given by hand, the seed is 0 (as FFCV's).
         indices: the subset of samples to load (in this order for SEQUENTIAL): whole sample numbers; a boolean
             mask or floats are refused (``np.flatnonzero(mask)`` gives a mask's numbers).
         pipelines: field name -> list of operations; a missing field gets its default decoder and

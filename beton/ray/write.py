@@ -192,6 +192,8 @@ class BetonDatasink(Datasink):
                 except FileNotFoundError:
                     pass
             return os.listdir(self.output), unlink
+        if self.output.lower().startswith(("http://", "https://")):
+            return [], lambda name: None  # nothing lists it (and nothing writes to it: each task's write fails)
         fs, path = filesystem(self.output, remote_or_default(self.remote))
         try:
             entries = fs.ls(path, detail=False, refresh=True)
