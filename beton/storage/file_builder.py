@@ -320,8 +320,11 @@ def write_error(path: str, error: OSError) -> WriterError:
     """The WriterError for an OSError while a file was written (a full disk says so; a BetonError's own message,
     without the file it names again)."""
     detail = error.args[0] if isinstance(error, BetonError) and error.args else error.strerror or error
-    return locate(WriterError(f"writing failed: {detail}"
-                              + (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else "")), path=path)
+    folder = os.path.dirname(os.path.abspath(path))
+    hint = (" (the disk or quota is full)" if error.errno in _FULL_ERRNOS else
+            f" (the folder {folder} does not exist: make it first)"
+            if error.errno == errno.ENOENT and not is_url(path) and not os.path.isdir(folder) else "")
+    return locate(WriterError(f"writing failed: {detail}{hint}"), path=path)
 
 
 class _Terminated(BaseException):

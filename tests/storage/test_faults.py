@@ -98,6 +98,18 @@ def big_samples(count: int = 64, size: int = 64 * 1024) -> list[tuple]:
     return [(bytes([i % 251]) * size, i) for i in range(count)]  # 4 MiB by default
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_missing_folder_is_named(tmp_path, num_workers, monkeypatch):
+    """"writing failed: No such file or directory" did not say which: the folder to write in is missing."""
+    monkeypatch.chdir(tmp_path)
+    for path, folder in ((tmp_path / "absent" / "data.beton", tmp_path / "absent"),
+                         (Path("relative") / "data.beton", tmp_path / "relative")):
+        with pytest.raises(WriterError, match=f"No such file or directory \\(the folder {folder} does not exist"):
+            beton.DatasetWriter(path, {"i": IntField()}, num_workers=num_workers,
+                                progress=False).from_indexed_dataset([(1,), (2,)])
+    assert files_in(tmp_path) == []
+
+
 def _old_target(directory: Path) -> tuple[Path, bytes]:
     path = write(directory / "data.beton", {"i": IntField()}, [(7,), (8,)])
     return path, path.read_bytes()
