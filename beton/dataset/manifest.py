@@ -65,7 +65,7 @@ from beton.errors import FormatError, ShardError, error_context, locate
 from beton.storage.file_builder import create_temporary
 from beton.storage.local_file import open_regular
 from beton.storage.reader import FieldDescriptor, Reader
-from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote import RemoteOptions, is_http, is_url, remote_or_default
 from beton.storage.remote.fetch import RangeFetcher
 from beton.storage.remote.upload import upload_file
 
@@ -639,7 +639,7 @@ def resolve_listed_path(path: str, manifest_location: str, where: str = "a shard
                      "or by URLs under its directory")
     else:
         origin, full = base_origin, path if path.startswith("/") else f"{base}/{path}"
-    if remote and not allow_outside and origin.lower().startswith(("http://", "https://")) and \
+    if remote and not allow_outside and is_http(origin) and \
             any(character in path for character in "?#"):
         raise refuse("holds a query or fragment; a manifest at a URL names shards by their paths")
     decoded = _decoded(full)
@@ -743,7 +743,7 @@ def _local_protocol(url: str) -> str | None:
 def _url_directory(url: str) -> str:
     """A URL without its last path segment (and, for HTTP(S), without query and fragment)."""
     base = url
-    if url.lower().startswith(("http://", "https://")):
+    if is_http(url):
         base = re.split(r"[?#]", url, maxsplit=1)[0]
     return base.rpartition("/")[0]
 

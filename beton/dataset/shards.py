@@ -36,8 +36,9 @@ from beton.errors import BetonError, ShardError, ShardNotFoundError, error_conte
 from beton.fields.base import Field
 from beton.dataset.manifest import Manifest, field_specs, fields_difference, header_digest, read_manifest
 from beton.dataset.tables_file import local_tables_row, tables_row, write_indexed_manifest
+from beton.storage.page_source import file_identity
 from beton.storage.reader import read_head
-from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote import RemoteOptions, is_http, is_url, remote_or_default
 from beton.storage.remote.fetch import backoff, filesystem, with_retries
 from beton.storage.verify import verify_reader
 
@@ -118,16 +119,16 @@ def _one_file_manifests(paths: list[str], remote: RemoteOptions | None) -> dict[
 
 
 def _file_identity(location: str) -> object:
-    """What makes two names one file: a URL as written; a local path by its device and inode, so that another
-    spelling (relative, ``./``, ``//``), a symbolic link or a hard link is the same file; its resolved path where it
-    cannot be looked up."""
+    """What makes two names one file: a URL as written; a local path by its device and inode
+    (:func:`~beton.storage.page_source.file_identity` without the modification time), so that another spelling
+    (relative, ``./``, ``//``), a symbolic link or a hard link is the same file; its resolved path where it cannot
+    be looked up."""
     if is_url(location):
         return location
     try:
-        status = os.stat(location)
+        return file_identity(os.stat(location))[:2]
     except OSError:
         return os.path.realpath(location)
-    return status.st_dev, status.st_ino
 
 
 def _concatenate(parts: list[Manifest]) -> Manifest:
@@ -159,7 +160,7 @@ def _is_glob(item: str) -> bool:
     if not any(character in item for character in _GLOB_CHARACTERS):
         return False
     if is_url(item):
-        if not item.lower().startswith(("http://", "https://")):
+        if not is_http(item):
             return True
         _refuse_http_glob(item)
         return False  # '?' starts a query

@@ -97,9 +97,8 @@ def _window(mcu_height, mcu_width, interval, height, width, top, bottom, left, r
     With ``exact_upsampling`` (libjpeg's triangle filter) the rectangle also holds the chroma the region's edge
     pixels blend with (:func:`upsampling_margin`): a segment more on a side only where the region ends within a
     chroma sample of that segment's edge (it took one more on every side: docs/images.md has what that cost).
-    A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg
-    picks the largest DCT scale whose output is at least the size asked for, and 8 pixels or fewer decode to the
-    same size at two scales.
+    A rectangle stays over 8 pixels on each axis where the image allows: simplejpeg picks the largest DCT scale
+    whose output is at least the size asked for, and 8 pixels or fewer decode to the same size at two scales.
     """
     per_row = -(-width // mcu_width)
     if interval <= 0 or per_row <= 0 or height <= 0:

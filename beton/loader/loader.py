@@ -178,7 +178,7 @@ class Loader:
         persistent_workers: bool = False,
     ) -> None:
         self._active: weakref.ref[EpochIterator] | None = None  # first: close() must work if __init__ fails
-        batch_size = _positive_int("batch_size", batch_size)
+        batch_size = _whole("batch_size", batch_size, 1)
         one_file = names_one_file(path)
         unmapped = not one_file or is_url(path)  # several files, or a URL: no memory map can hold them
         if unmapped and memory is None and os_cache is None:
@@ -243,7 +243,7 @@ class Loader:
         leave samples out, and they get different numbers of batches (a job hangs at the epoch's end): each rank's
         dataset (by content), selection, order and seed, gathered and compared (a collective call, as the seed's
         broadcast is). A LoaderError on every rank names the first rank that differs from rank 0, and how."""
-        names = ("dataset", "indices", "order", "seed")
+        names = (*(field.name for field in dataclasses.fields(Identity)), "seed")
         mine = (*dataclasses.astuple(self._identity()), self.seed)
         everyone: list[Any] = [None] * self.world_size
         torch.distributed.all_gather_object(everyone, mine)
@@ -286,7 +286,7 @@ class Loader:
 
     @batch_size.setter
     def batch_size(self, value: int) -> None:
-        self._change_plan(batch_size=_positive_int("batch_size", value))
+        self._change_plan(batch_size=_whole("batch_size", value, 1))
 
     @property
     def drop_last(self) -> bool:
@@ -706,10 +706,6 @@ def _whole(name: str, value: Any, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
     return int(value)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    return _whole(name, value, 1)
 
 
 def _resolve_batches_ahead(batches_ahead: int | None, prefetch_factor: int | None, num_workers: int) -> int:

@@ -49,7 +49,7 @@ from beton.fields import JSONField, TorchTensorField
 from beton.fields.base import Field
 from beton.storage import format as fmt
 from beton.storage.reader import Reader
-from beton.storage.remote import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote import RemoteOptions, is_http, is_url, remote_or_default
 from beton.storage.remote.fetch import filesystem
 from beton.storage.writer import DatasetWriter
 
@@ -192,7 +192,7 @@ class BetonDatasink(Datasink):
                 except FileNotFoundError:
                     pass
             return os.listdir(self.output), unlink
-        if self.output.lower().startswith(("http://", "https://")):
+        if is_http(self.output):
             return [], lambda name: None  # nothing lists it (and nothing writes to it: each task's write fails)
         fs, path = filesystem(self.output, remote_or_default(self.remote))
         try:

@@ -13,9 +13,9 @@ processes of a node), ``pages`` (checked pages, several requests in flight, read
 """
 
 from beton.storage.remote.file import RemoteBytes, RemoteFile
-from beton.storage.remote.options import RemoteOptions, is_url, remote_or_default
+from beton.storage.remote.options import RemoteOptions, is_http, is_url, remote_or_default
 from beton.storage.remote.pages import RemotePages
 from beton.storage.remote.source import RemotePageSource
 
-__all__ = ["RemoteOptions", "is_url", "remote_or_default", "RemoteFile", "RemoteBytes", "RemotePages",
+__all__ = ["RemoteOptions", "is_http", "is_url", "remote_or_default", "RemoteFile", "RemoteBytes", "RemotePages",
            "RemotePageSource"]

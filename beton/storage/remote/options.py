@@ -24,6 +24,11 @@ def is_url(path: str | os.PathLike[str]) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
+def is_http(url: str) -> bool:
+    """Whether ``url`` is an HTTP(S) URL: a store that cannot be listed, and whose URLs may carry a query."""
+    return url.lower().startswith(("http://", "https://"))
+
+
 @dataclasses.dataclass(frozen=True)
 class RemoteOptions:
     """How a remote file is read: ``Loader``, ``Reader``, ``verify``, ``index``, ``merge``, ``dataset_manifest``,
